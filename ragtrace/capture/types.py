@@ -1,0 +1,42 @@
+"""What capture hands to the live pipeline: a sample plus where in the trace it came from."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from ragtrace.scoring import RagSample
+
+
+@dataclass(frozen=True)
+class CapturedSample:
+    """One retrieval of a trace, paired with the generation that consumed it.
+
+    Span ids let the live pipeline write scores back to the retrieval, generation or root span.
+    `retriever` is a low-cardinality name (span name or vector store) for metric attributes.
+    """
+
+    sample: RagSample
+    trace_id: int
+    retrieval_span_id: int
+    generation_span_id: int | None = None
+    root_span_id: int | None = None
+    convention: str = "custom"  # genai | openinference | openllmetry | custom
+    retriever: str = ""
+
+
+@dataclass
+class CaptureStats:
+    """Why spans were or were not turned into samples; feeds the decision counter."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def count(self, reason: str, n: int = 1) -> None:
+        self.counts[reason] += n
+
+
+# A user's own span shapes: all ended spans of one trace in, samples out. Takes precedence over readers.
+Extractor = Callable[[Sequence[ReadableSpan]], Sequence[CapturedSample]]

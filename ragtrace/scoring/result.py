@@ -1,0 +1,67 @@
+"""What a scorer returns, and what the judge spent to get there."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SkipReason = Literal["no_context", "no_ground_truth", "no_claims", "no_response"]
+Label = Literal["pass", "fail"]
+
+
+class JudgeUsage(BaseModel):
+    """Cost of the judge calls behind a result. A fused call is shared by the results it served."""
+
+    model_config = ConfigDict(frozen=True)
+
+    calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    latency_ms: float = 0.0
+    model: str = ""
+    prompt_version: str = ""
+    cache_hits: int = 0
+
+    def __add__(self, other: JudgeUsage) -> JudgeUsage:
+        cost = None if self.cost_usd is None and other.cost_usd is None else (
+            (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
+        )
+        return JudgeUsage(
+            calls=self.calls + other.calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=cost,
+            latency_ms=self.latency_ms + other.latency_ms,
+            model=self.model or other.model,
+            prompt_version=self.prompt_version or other.prompt_version,
+            cache_hits=self.cache_hits + other.cache_hits,
+        )
+
+
+class ScoreResult(BaseModel):
+    """One scorer's verdict on one sample: a score, or the machine-readable reason there is none."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    score: float | None = None
+    label: Label | None = None
+    reason: str = ""
+    skipped: SkipReason | None = None
+    error: str | None = Field(default=None, description="judge_timeout, judge_invalid_output, ...")
+    error_message: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+    usage: JudgeUsage = Field(default_factory=JudgeUsage)
+
+    @property
+    def status(self) -> Literal["scored", "skipped", "error"]:
+        if self.error is not None:
+            return "error"
+        if self.skipped is not None:
+            return "skipped"
+        return "scored"
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
