@@ -34,7 +34,7 @@ class RagSample(BaseModel):
         if value is None:
             return ()
         if isinstance(value, str | bytes | dict):
-            raise TypeError("contexts must be a list of strings or documents, not a single value")
+            raise ValueError("contexts must be a list of strings or documents, not a single value")
         return tuple(Document(content=v) if isinstance(v, str) else v for v in value)
 
     @field_validator("ground_truth", mode="before")
