@@ -105,7 +105,7 @@ def test_recall() -> None:
 
 def test_check_verdicts_rejects_shifted_or_missing_positions() -> None:
     aspects = frozenset({Aspect.USEFULNESS})
-    with pytest.raises(InvalidVerdicts, match="0..2"):
+    with pytest.raises(InvalidVerdicts, match=r"0\.\.2"):
         check_verdicts(Verdicts(contexts=[ContextVerdict(index=i, useful=True) for i in (1, 2, 3)]), 3, aspects)
     with pytest.raises(InvalidVerdicts, match="useful"):
         check_verdicts(Verdicts(contexts=[ContextVerdict(index=0)]), 1, aspects)
