@@ -17,7 +17,41 @@ from ragtrace.scoring import Document
 
 _WORD = re.compile(r"[a-z0-9]+")
 _STOP = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "by", "did", "does", "for", "from", "has", "have", "how", "in", "is", "it", "its", "of", "on", "or", "the", "to", "was", "what", "when", "where", "which", "who", "whose", "why", "with"]
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "did",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "the",
+        "to",
+        "was",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whose",
+        "why",
+        "with",
+    ]
 )
 
 
