@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ragtrace.judges.base import Judge, JudgeError, JudgeRequest, Judgement
+from ragtrace.judges.base import Judge, JudgeError, Judgement, JudgeRequest
 from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult
 
 
