@@ -1,0 +1,252 @@
+"""Which traces get judged, and how many judgings the budget allows.
+
+Two separate questions, answered in two places:
+
+- *sampling* is a pure function of the trace id (the low 64 bits, exactly as OpenTelemetry's
+  `TraceIdRatioBased` sampler reads them), so every process and every gateway replica makes the same
+  decision, and the traces sampled at a lower rate are a subset of those sampled at a higher one;
+- *admission* (throttle and daily budget) is stateful and local: it protects the judge's bill, not the
+  statistics, so an admitted-but-not-sampled trace never exists and a throttled one is counted, not retried.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from typing import Literal
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+
+from ragtrace.scoring.result import JudgeUsage
+
+__all__ = ["Admission", "Sampler", "SamplingRule", "trace_sampled"]
+
+_logger = logging.getLogger(__name__)
+
+Admission = Literal["ok", "throttled", "over_budget"]
+AttributeValue = str | int | float | bool
+
+_TRACE_ID_MASK = TraceIdRatioBased.TRACE_ID_LIMIT
+
+
+def _check_rate(rate: float, what: str) -> float:
+    """A rate is a probability; anything else (including NaN and bools) is a configuration error."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or math.isnan(rate) or not 0.0 <= rate <= 1.0:
+        raise ValueError(f"{what} must be a number in [0, 1], got {rate!r}")
+    return float(rate)
+
+
+def _bound(rate: float) -> int:
+    return TraceIdRatioBased.get_bound_for_rate(rate)
+
+
+def trace_sampled(trace_id: int, rate: float) -> bool:
+    """The decision OTel's TraceIdRatioBased(rate) makes for this trace id: same everywhere, nested by rate."""
+    return (trace_id & _TRACE_ID_MASK) < _bound(_check_rate(rate, "rate"))
+
+
+def _attribute_equal(actual: object, expected: AttributeValue) -> bool:
+    # True == 1 in Python; a rule written for a bool must not match an int and vice versa.
+    if isinstance(actual, bool) or isinstance(expected, bool):
+        return isinstance(actual, bool) and isinstance(expected, bool) and actual is expected
+    return actual == expected
+
+
+@dataclass(frozen=True)
+class SamplingRule:
+    """A rate for the spans a rule selects; every given condition must hold (an empty rule matches all).
+
+    `span_name` is an fnmatch glob, case-sensitive (`"retrieve*"`); `attributes` are exact matches on the
+    span's attributes; `service_name` is compared with the resource's `service.name`.
+    """
+
+    rate: float
+    span_name: str | None = None
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    service_name: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_rate(self.rate, "SamplingRule.rate")
+
+    def matches(self, span: ReadableSpan) -> bool:
+        """Never raises: a span this rule cannot read does not match it."""
+        try:
+            if self.span_name is not None and not fnmatch.fnmatchcase(span.name, self.span_name):
+                return False
+            if self.service_name is not None:
+                resource = span.resource
+                service = resource.attributes.get("service.name") if resource is not None else None
+                if service != self.service_name:
+                    return False
+            if self.attributes:
+                attrs = span.attributes or {}
+                for key, expected in self.attributes.items():
+                    if key not in attrs or not _attribute_equal(attrs[key], expected):
+                        return False
+            return True
+        except Exception:  # a foreign span type with surprising attributes
+            _logger.debug("sampling rule could not read span", exc_info=True)
+            return False
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _utc_day(moment: datetime) -> date:
+    if moment.tzinfo is None:  # a naive clock is taken to be UTC already
+        return moment.date()
+    return moment.astimezone(UTC).date()
+
+
+class Sampler:
+    """Sampling by trace-id hash (base rate, per-rule rates, per-scorer caps) plus throttle and daily budget.
+
+    `might_sample` is the app-thread pre-filter (one AND and one compare); `scorers_for` is the decision at
+    trace close; `admit` / `charge` guard the judge's throughput and bill. The budget is soft: a judging
+    admitted under the limit may overshoot it by its own cost, because that cost is known only afterwards.
+    """
+
+    def __init__(
+        self,
+        rate: float = 0.1,
+        *,
+        scorer_rates: Mapping[str, float] | None = None,
+        rules: Sequence[SamplingRule] = (),
+        evaluations_per_minute: float | None = None,
+        daily_token_budget: int | None = None,
+        daily_usd_budget: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self.rate = _check_rate(rate, "rate")
+        self.scorer_rates: dict[str, float] = {
+            name: _check_rate(r, f"scorer_rates[{name!r}]") for name, r in (scorer_rates or {}).items()
+        }
+        self.rules: tuple[SamplingRule, ...] = tuple(rules)
+        for rule in self.rules:
+            if not isinstance(rule, SamplingRule):
+                raise ValueError(f"rules must be SamplingRule instances, got {rule!r}")
+        if evaluations_per_minute is not None and not evaluations_per_minute > 0:
+            raise ValueError(f"evaluations_per_minute must be > 0 or None, got {evaluations_per_minute!r}")
+        if daily_token_budget is not None and daily_token_budget < 0:
+            raise ValueError(f"daily_token_budget must be >= 0 or None, got {daily_token_budget!r}")
+        if daily_usd_budget is not None and not daily_usd_budget >= 0:
+            raise ValueError(f"daily_usd_budget must be >= 0 or None, got {daily_usd_budget!r}")
+        self.evaluations_per_minute = evaluations_per_minute
+        self.daily_token_budget = daily_token_budget
+        self.daily_usd_budget = daily_usd_budget
+        self._clock = clock
+        self._wall_clock = wall_clock
+
+        # A per-scorer rate only ever lowers the effective rate, so the widest possible net is the
+        # highest of the base and rule rates.
+        self._base_bound = _bound(self.rate)
+        self._rule_bounds = tuple(_bound(rule.rate) for rule in self.rules)
+        self._scorer_bounds = {name: _bound(r) for name, r in self.scorer_rates.items()}
+        self._max_bound = max((self._base_bound, *self._rule_bounds))
+
+        self._lock = threading.Lock()
+        self._capacity = max(1.0, evaluations_per_minute) if evaluations_per_minute else 0.0
+        self._tokens = self._capacity
+        self._refilled_at = clock()
+        self._day = _utc_day(wall_clock())
+        self._tokens_spent = 0
+        self._usd_spent = 0.0
+        self._unpriced_warned = False
+
+    # -- sampling (pure in the trace id) ------------------------------------------------------------
+
+    def might_sample(self, trace_id: int) -> bool:
+        """Could any rule or rate sample this trace? O(1), for the app thread on every span."""
+        try:
+            return (trace_id & _TRACE_ID_MASK) < self._max_bound
+        except TypeError:
+            return False
+
+    def effective_rate(self, span: ReadableSpan) -> float:
+        """The first matching rule's rate, else the base rate."""
+        for rule in self.rules:
+            if rule.matches(span):
+                return rule.rate
+        return self.rate
+
+    def scorers_for(self, trace_id: int, span: ReadableSpan, scorer_names: Sequence[str]) -> tuple[str, ...]:
+        """The scorers that run on this retrieval span, in the given order; empty means not sampled."""
+        try:
+            bound = self._base_bound
+            for rule, rule_bound in zip(self.rules, self._rule_bounds, strict=True):
+                if rule.matches(span):
+                    bound = rule_bound
+                    break
+            position = trace_id & _TRACE_ID_MASK
+            return tuple(name for name in scorer_names if position < min(bound, self._scorer_bounds.get(name, bound)))
+        except Exception:
+            _logger.warning("sampling decision failed; trace not sampled", exc_info=True)
+            return ()
+
+    # -- admission (stateful: throttle and budget) --------------------------------------------------
+
+    def admit(self) -> Admission:
+        """Take one evaluation from the per-minute bucket unless the day's budget is spent. Thread-safe."""
+        with self._lock:
+            self._roll_day()
+            if self._over_budget():
+                return "over_budget"
+            if self.evaluations_per_minute is None:
+                return "ok"
+            now = self._clock()
+            elapsed = max(0.0, now - self._refilled_at)
+            self._refilled_at = now
+            self._tokens = min(self._capacity, self._tokens + elapsed * self.evaluations_per_minute / 60.0)
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return "ok"
+            return "throttled"
+
+    def charge(self, usage: JudgeUsage) -> None:
+        """Add what a judging cost to today's spend. An unknown price (cost None) adds no USD."""
+        with self._lock:
+            self._roll_day()
+            self._tokens_spent += max(0, usage.input_tokens) + max(0, usage.output_tokens)
+            if usage.cost_usd is not None:
+                self._usd_spent += max(0.0, usage.cost_usd)
+            elif self.daily_usd_budget is not None and usage.calls and not self._unpriced_warned:
+                self._unpriced_warned = True
+                _logger.warning("judge model %r has no known price; the USD budget cannot count its calls", usage.model)
+
+    @property
+    def tokens_spent_today(self) -> int:
+        with self._lock:
+            self._roll_day()
+            return self._tokens_spent
+
+    @property
+    def usd_spent_today(self) -> float:
+        with self._lock:
+            self._roll_day()
+            return self._usd_spent
+
+    def _roll_day(self) -> None:
+        """Reset the spend at UTC midnight (called under the lock)."""
+        try:
+            today = _utc_day(self._wall_clock())
+        except Exception:
+            _logger.warning("wall clock failed; keeping the current budget day", exc_info=True)
+            return
+        if today > self._day:  # a clock stepping back must not refund the day
+            self._day = today
+            self._tokens_spent = 0
+            self._usd_spent = 0.0
+
+    def _over_budget(self) -> bool:
+        if self.daily_token_budget is not None and self._tokens_spent >= self.daily_token_budget:
+            return True
+        return self.daily_usd_budget is not None and self._usd_spent >= self.daily_usd_budget
