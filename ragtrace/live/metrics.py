@@ -1,0 +1,191 @@
+"""The metrics table of the span contract, recorded through the OpenTelemetry metrics SDK.
+
+The SDK does the aggregation, temporality and export (OTLP, Prometheus, ...); this module only names the
+instruments, keeps their attributes low-cardinality, and guarantees that a metrics problem never reaches
+the scoring path: every method swallows and logs (once per method) whatever the SDK raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+
+from ragtrace.scoring.result import JudgeUsage, ScoreResult
+
+__all__ = [
+    "DURATION_BUCKETS",
+    "SCORE_BUCKETS",
+    "RagtraceMetrics",
+]
+
+_logger = logging.getLogger(__name__)
+
+#: Score histogram boundaries 0.1 .. 1.0; meaningful for scores on the default scale of 1.
+SCORE_BUCKETS: tuple[float, ...] = tuple(round(i / 10, 1) for i in range(1, 11))
+#: Judge latency boundaries in seconds (the GenAI semantic conventions' advice for operation duration).
+DURATION_BUCKETS: tuple[float, ...] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+
+_MAX_VALUE_LENGTH = 64
+_MAX_DISTINCT_VALUES = 64
+_OTHER = "other"
+
+
+class _Cardinality:
+    """Caps the distinct values an attribute may take, so a caller's bug cannot explode the series count."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+
+    def bound(self, key: str, value: str) -> str:
+        value = value[:_MAX_VALUE_LENGTH] if value else "unknown"
+        with self._lock:
+            seen = self._seen.setdefault(key, set())
+            if value in seen:
+                return value
+            if len(seen) >= _MAX_DISTINCT_VALUES:
+                return _OTHER
+            seen.add(value)
+            return value
+
+
+class RagtraceMetrics:
+    """ragtrace's instruments on one meter (`ragtrace`); `None` means the global MeterProvider.
+
+    All attribute values are names from small sets (scorer, label, retriever, decision, model, outcome);
+    never a trace id, a query or a score.
+    """
+
+    def __init__(self, meter_provider: MeterProvider | None = None) -> None:
+        self._cardinality = _Cardinality()
+        self._warned: set[str] = set()
+        self._queue_depth: Callable[[], int] | None = None
+        self._spans_held: Callable[[], int] | None = None
+        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        try:
+            self._create_instruments(provider)
+        except Exception:  # a broken provider costs the metrics, not the host
+            self._warn("setup")
+            self._create_instruments(metrics.NoOpMeterProvider())
+
+    def _create_instruments(self, provider: MeterProvider) -> None:
+        from ragtrace import __version__  # lazily: the package root may import live/ one day
+
+        meter = provider.get_meter("ragtrace", __version__)
+
+        self._score = meter.create_histogram(
+            "ragtrace.evaluation.score",
+            unit="1",
+            description="Scores of scored evaluations, by scorer, label and retriever.",
+            explicit_bucket_boundaries_advisory=SCORE_BUCKETS,
+        )
+        self._decisions = meter.create_counter(
+            "ragtrace.evaluation.decisions",
+            unit="{decision}",
+            description="What happened to each candidate evaluation: scored, not_sampled, throttled, ...",
+        )
+        self._tokens = meter.create_counter(
+            "ragtrace.judge.tokens", unit="{token}", description="Tokens spent by the judge, by type and model."
+        )
+        self._cost = meter.create_counter(
+            "ragtrace.judge.cost", unit="USD", description="Judge spend where the model's price is known."
+        )
+        self._duration = meter.create_histogram(
+            "ragtrace.judge.duration",
+            unit="s",
+            description="Wall time of judge calls, by model and outcome.",
+            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+        )
+        meter.create_observable_gauge(
+            "ragtrace.queue.depth",
+            callbacks=[self._observe_queue_depth],
+            unit="{job}",
+            description="Evaluation jobs waiting for the worker.",
+        )
+        meter.create_observable_gauge(
+            "ragtrace.spans.held",
+            callbacks=[self._observe_spans_held],
+            unit="{span}",
+            description="Spans held back from the exporter until their scores are known.",
+        )
+
+    # -- recording ------------------------------------------------------------------------------------
+
+    def decision(self, decision: str, n: int = 1) -> None:
+        """Count `n` candidate evaluations that ended as `decision` (scored, not_sampled, queue_full, ...)."""
+        try:
+            self._decisions.add(n, {"decision": self._cardinality.bound("decision", decision)})
+        except Exception:
+            self._warn("decision")
+
+    def score(self, result: ScoreResult, retriever: str) -> None:
+        """Record a scored result's raw score; skipped and failed results (score None) are not recorded.
+
+        The histogram's buckets are 0.1 .. 1.0, so they only mean something for scores on scale 1; a scorer
+        run with another scale still records its raw score, in the top bucket or above.
+        """
+        try:
+            if result.score is None:
+                return
+            attributes: dict[str, str] = {
+                "gen_ai.evaluation.name": self._cardinality.bound("gen_ai.evaluation.name", result.name),
+                "ragtrace.retriever": self._cardinality.bound("ragtrace.retriever", retriever),
+            }
+            if result.label is not None:
+                attributes["ragtrace.label"] = result.label
+            self._score.record(result.score, attributes)
+        except Exception:
+            self._warn("score")
+
+    def judge_call(self, usage: JudgeUsage, outcome: str, duration_s: float) -> None:
+        """Record one judge call (or a fused call): its tokens, its cost when priced, and its duration."""
+        try:
+            model = self._cardinality.bound("gen_ai.request.model", usage.model)
+            if usage.input_tokens > 0:
+                self._tokens.add(usage.input_tokens, {"type": "input", "gen_ai.request.model": model})
+            if usage.output_tokens > 0:
+                self._tokens.add(usage.output_tokens, {"type": "output", "gen_ai.request.model": model})
+            if usage.cost_usd is not None and usage.cost_usd >= 0:
+                self._cost.add(usage.cost_usd, {"gen_ai.request.model": model})
+            self._duration.record(
+                max(0.0, duration_s),
+                {"gen_ai.request.model": model, "outcome": self._cardinality.bound("outcome", outcome)},
+            )
+        except Exception:
+            self._warn("judge_call")
+
+    def observe(self, queue_depth: Callable[[], int], spans_held: Callable[[], int]) -> None:
+        """Register what the two gauges read at each collection (the latest registration wins)."""
+        self._queue_depth = queue_depth
+        self._spans_held = spans_held
+
+    # -- gauge callbacks (run on the reader's thread) -------------------------------------------------
+
+    def _observe_queue_depth(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return self._read("queue_depth", self._queue_depth)
+
+    def _observe_spans_held(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return self._read("spans_held", self._spans_held)
+
+    def _read(self, what: str, source: Callable[[], int] | None) -> list[Observation]:
+        if source is None:
+            return []
+        try:
+            return [Observation(int(source()))]
+        except Exception:
+            self._warn(what)
+            return []
+
+    def _warn(self, what: str) -> None:
+        """Log the first failure of each kind with its traceback; later ones only at debug level."""
+        if what in self._warned:
+            _logger.debug("ragtrace metrics: %s failed again", what, exc_info=True)
+            return
+        self._warned.add(what)
+        _logger.warning("ragtrace metrics: %s failed; metrics may be incomplete", what, exc_info=True)

@@ -1,0 +1,224 @@
+"""The metrics table, read back from the SDK's InMemoryMetricReader and from a real OTLP export."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    HistogramDataPoint,
+    InMemoryMetricReader,
+    NumberDataPoint,
+    PeriodicExportingMetricReader,
+)
+
+from ragtrace.live.metrics import DURATION_BUCKETS, SCORE_BUCKETS, RagtraceMetrics
+from ragtrace.scoring import JudgeUsage, ScoreResult
+from tests.servers.otlp import OtlpReceiver
+
+MODEL = "openai/gpt-4o-mini"
+
+
+@pytest.fixture
+def reader() -> InMemoryMetricReader:
+    return InMemoryMetricReader()
+
+
+@pytest.fixture
+def rt(reader: InMemoryMetricReader) -> RagtraceMetrics:
+    return RagtraceMetrics(MeterProvider(metric_readers=[reader]))
+
+
+def collect(reader: InMemoryMetricReader) -> dict[str, tuple[Any, list[Any]]]:
+    """name -> (metric, data points), from one collection."""
+    out: dict[str, tuple[Any, list[Any]]] = {}
+    data = reader.get_metrics_data()
+    if data is None:
+        return out
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            assert sm.scope.name == "ragtrace"
+            for metric in sm.metrics:
+                out[metric.name] = (metric, list(metric.data.data_points))
+    return out
+
+
+def by_attrs(points: list[Any]) -> dict[frozenset[tuple[str, Any]], Any]:
+    return {frozenset(p.attributes.items()): p for p in points}
+
+
+def test_decisions_counter(rt: RagtraceMetrics, reader: InMemoryMetricReader) -> None:
+    rt.decision("scored")
+    rt.decision("scored", 2)
+    rt.decision("not_sampled")
+    metric, points = collect(reader)["ragtrace.evaluation.decisions"]
+    assert metric.data.is_monotonic
+    values = {p.attributes["decision"]: p.value for p in points}
+    assert values == {"scored": 3, "not_sampled": 1}
+
+
+def test_score_histogram(rt: RagtraceMetrics, reader: InMemoryMetricReader) -> None:
+    rt.score(ScoreResult(name="context_precision", score=0.83, label="pass"), "docs")
+    rt.score(ScoreResult(name="context_precision", score=0.95, label="pass"), "docs")
+    rt.score(ScoreResult(name="context_precision", score=0.05, label="fail"), "docs")
+    rt.score(ScoreResult(name="context_recall", skipped="no_ground_truth"), "docs")  # not recorded
+    rt.score(ScoreResult(name="context_relevance", error="judge_timeout"), "docs")  # not recorded
+    metric, points = collect(reader)["ragtrace.evaluation.score"]
+    assert metric.unit == "1"
+    pts = by_attrs(points)
+    key = {
+        ("gen_ai.evaluation.name", "context_precision"),
+        ("ragtrace.label", "pass"),
+        ("ragtrace.retriever", "docs"),
+    }
+    passed = pts[frozenset(key)]
+    assert isinstance(passed, HistogramDataPoint)
+    assert tuple(passed.explicit_bounds) == SCORE_BUCKETS
+    assert passed.count == 2 and passed.sum == pytest.approx(1.78)
+    # 0.83 falls in (0.8, 0.9], 0.95 in (0.9, 1.0]
+    assert list(passed.bucket_counts) == [0] * 8 + [1, 1, 0]
+    failed = [p for p in points if p.attributes["ragtrace.label"] == "fail"]
+    assert len(failed) == 1 and failed[0].bucket_counts[0] == 1
+    assert len(points) == 2  # the skipped and errored results recorded nothing
+    for p in points:  # never a raw score as an attribute value
+        assert not any(isinstance(v, float) for v in p.attributes.values())
+
+
+def test_judge_call(rt: RagtraceMetrics, reader: InMemoryMetricReader) -> None:
+    rt.judge_call(JudgeUsage(calls=1, input_tokens=100, output_tokens=20, cost_usd=0.001, model=MODEL), "ok", 0.5)
+    rt.judge_call(JudgeUsage(calls=1, input_tokens=50, output_tokens=5, cost_usd=None, model=MODEL), "ok", 1.5)
+    rt.judge_call(JudgeUsage(calls=1, model=MODEL), "timeout", 30.0)
+    got = collect(reader)
+    tokens = {p.attributes["type"]: p.value for p in got["ragtrace.judge.tokens"][1]}
+    assert tokens == {"input": 150, "output": 25}
+    assert {p.attributes["gen_ai.request.model"] for p in got["ragtrace.judge.tokens"][1]} == {MODEL}
+    cost_metric, cost_points = got["ragtrace.judge.cost"]
+    assert cost_metric.unit == "USD"
+    (cost,) = cost_points
+    assert cost.value == pytest.approx(0.001) and cost.attributes == {"gen_ai.request.model": MODEL}
+    duration_metric, duration_points = got["ragtrace.judge.duration"]
+    assert duration_metric.unit == "s"
+    durations = {p.attributes["outcome"]: p for p in duration_points}
+    assert durations["ok"].count == 2 and durations["ok"].sum == pytest.approx(2.0)
+    assert durations["timeout"].count == 1
+    assert tuple(durations["ok"].explicit_bounds) == DURATION_BUCKETS
+
+
+def test_gauges(rt: RagtraceMetrics, reader: InMemoryMetricReader) -> None:
+    got = collect(reader)
+    assert not got.get("ragtrace.queue.depth", (None, []))[1]  # nothing registered yet: no points
+    depth = [5]
+    rt.observe(lambda: depth[0], lambda: 7)
+    got = collect(reader)
+    (q,) = got["ragtrace.queue.depth"][1]
+    (h,) = got["ragtrace.spans.held"][1]
+    assert isinstance(q, NumberDataPoint) and q.value == 5 and h.value == 7
+    depth[0] = 2
+    (q,) = collect(reader)["ragtrace.queue.depth"][1]
+    assert q.value == 2
+
+
+def test_a_failing_gauge_source_costs_only_its_point(
+    rt: RagtraceMetrics, reader: InMemoryMetricReader, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken() -> int:
+        raise RuntimeError("queue gone")
+
+    rt.observe(broken, lambda: 4)
+    rt.decision("scored")
+    with caplog.at_level(logging.WARNING, logger="ragtrace.live.metrics"):
+        got = collect(reader)
+        collect(reader)
+    assert got["ragtrace.spans.held"][1][0].value == 4
+    assert not got.get("ragtrace.queue.depth", (None, []))[1]
+    assert got["ragtrace.evaluation.decisions"][1][0].value == 1
+    assert len([r for r in caplog.records if "queue_depth" in r.getMessage()]) == 1  # logged once
+
+
+def test_sdk_errors_are_swallowed_and_logged_once(
+    rt: RagtraceMetrics, reader: InMemoryMetricReader, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ragtrace.live.metrics"):
+        rt.decision("scored", n="three")  # type: ignore[arg-type]  # the SDK raises TypeError comparing it
+        rt.decision("scored", n="three")  # type: ignore[arg-type]
+        rt.judge_call(None, "ok", 1.0)  # type: ignore[arg-type]
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("decision failed" in m for m in messages) == 1
+    assert sum("judge_call failed" in m for m in messages) == 1
+    rt.decision("scored")
+    assert collect(reader)["ragtrace.evaluation.decisions"][1][0].value == 1
+
+
+def test_broken_provider_falls_back_to_noop(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(MeterProvider):
+        def get_meter(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("no meters today")
+
+    with caplog.at_level(logging.WARNING, logger="ragtrace.live.metrics"):
+        rt = RagtraceMetrics(Broken())
+    rt.decision("scored")
+    rt.score(ScoreResult(name="context_precision", score=0.5, label="pass"), "docs")
+    assert any("setup failed" in r.getMessage() for r in caplog.records)
+
+
+def test_attribute_cardinality_is_capped(rt: RagtraceMetrics, reader: InMemoryMetricReader) -> None:
+    for i in range(200):
+        rt.score(ScoreResult(name="context_precision", score=0.5, label="pass"), f"retriever-{i}")
+    rt.score(ScoreResult(name="context_precision", score=0.5, label="pass"), "")
+    rt.decision("x" * 500)
+    got = collect(reader)
+    retrievers = {p.attributes["ragtrace.retriever"] for p in got["ragtrace.evaluation.score"][1]}
+    assert len(retrievers) == 65 and "other" in retrievers and "retriever-0" in retrievers
+    assert {len(p.attributes["decision"]) for p in got["ragtrace.evaluation.decisions"][1]} == {64}
+
+
+def test_default_is_the_global_provider() -> None:
+    code = """
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from ragtrace.live.metrics import RagtraceMetrics
+rt = RagtraceMetrics()           # created before the global provider is set: the proxy forwards later
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+rt.decision("throttled", 4)
+data = reader.get_metrics_data()
+print([p.value for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+       for p in m.data.data_points if m.name == "ragtrace.evaluation.decisions"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
+    assert out.stdout.strip() == "[4]"
+
+
+def test_exported_over_otlp(otlp_receiver: OtlpReceiver) -> None:
+    exporter = OTLPMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True)
+    provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter, export_interval_millis=3_600_000)])
+    rt = RagtraceMetrics(provider)
+    rt.observe(lambda: 3, lambda: 9)
+    rt.decision("scored", 2)
+    rt.score(ScoreResult(name="context_relevance", score=0.26, label="fail"), "kb")
+    rt.judge_call(JudgeUsage(calls=1, input_tokens=10, output_tokens=2, cost_usd=0.5, model=MODEL), "ok", 0.3)
+    assert provider.force_flush()
+    provider.shutdown()
+    score = otlp_receiver.wait_for_metric("ragtrace.evaluation.score")
+    (point,) = score.data_points
+    assert point.attributes == {
+        "gen_ai.evaluation.name": "context_relevance",
+        "ragtrace.label": "fail",
+        "ragtrace.retriever": "kb",
+    }
+    assert point.explicit_bounds == SCORE_BUCKETS and point.count == 1
+    assert point.bucket_counts[2] == 1  # (0.2, 0.3]
+    decisions = otlp_receiver.wait_for_metric("ragtrace.evaluation.decisions")
+    assert decisions.point_where({"decision": "scored"}).value == 2  # type: ignore[union-attr]
+    assert otlp_receiver.wait_for_metric("ragtrace.judge.cost").unit == "USD"
+    tokens = otlp_receiver.wait_for_metric("ragtrace.judge.tokens")
+    assert tokens.point_where({"type": "output", "gen_ai.request.model": MODEL}).value == 2  # type: ignore[union-attr]
+    assert otlp_receiver.wait_for_metric("ragtrace.queue.depth").data_points[0].value == 3
+    assert otlp_receiver.wait_for_metric("ragtrace.spans.held").data_points[0].value == 9
+    assert otlp_receiver.wait_for_metric("ragtrace.judge.duration").scope_name == "ragtrace"
