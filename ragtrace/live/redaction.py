@@ -1,0 +1,249 @@
+"""Redaction of what is sent to an external judge: built-in PII / secret patterns, then a user hook.
+
+Fails closed: if anything goes wrong, the text becomes `[REDACTION_FAILED]`; raw text is never passed on,
+and never logged. The built-ins aim at precision over recall (a judge fed `[PHONE]` for every number in a
+price table judges badly), so each pattern is narrow and the noisy ones are validated (Luhn for cards,
+number shape for phones). They are a safety net, not a compliance guarantee: a deployment with strict
+rules brings its own hook.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ragtrace.scoring.sample import RagSample
+
+__all__ = [
+    "CARD",
+    "EMAIL",
+    "FAILED",
+    "PHONE",
+    "REDACTED",
+    "SECRET",
+    "Redactor",
+]
+
+_logger = logging.getLogger(__name__)
+
+EMAIL = "[EMAIL]"
+PHONE = "[PHONE]"
+CARD = "[CARD]"
+SECRET = "[SECRET]"
+REDACTED = "[REDACTED]"  # what a user-supplied pattern's match becomes
+FAILED = "[REDACTION_FAILED]"
+
+_MAX_PASSES = 5  # replacements can expose new neighbours; repeat to a fixpoint (usually 1-2 passes)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    name: str
+    pattern: re.Pattern[str]
+    replace: Callable[[re.Match[str]], str]
+
+
+def _const(placeholder: str) -> Callable[[re.Match[str]], str]:
+    return lambda _m: placeholder
+
+
+# -- secrets -------------------------------------------------------------------------------------------
+
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----.*?(?:-----END [A-Z ]{0,40}PRIVATE KEY-----|\Z)", re.DOTALL
+)
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}")
+_VENDOR_TOKEN = re.compile(
+    r"\b(?:"
+    r"sk-(?=[A-Za-z0-9_-]{0,200}\d)[A-Za-z0-9_-]{20,}"  # OpenAI / Anthropic style (sk-..., sk-proj-..., sk-ant-...)
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key id
+    r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
+    r"|github_pat_[A-Za-z0-9_]{30,}"
+    r"|xox[abprs]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|AIza[0-9A-Za-z_-]{35}"  # Google API key
+    r")(?![A-Za-z0-9_-])"
+)
+_BEARER = re.compile(
+    r"\b([Bb]earer|BEARER)[ \t]+(?=[A-Za-z0-9._~+/=-]{20,}|[A-Za-z0-9._~+/=-]{0,200}\d)[A-Za-z0-9._~+/=-]{8,}"
+)
+_ASSIGNED = re.compile(
+    r"(?i)\b("
+    r"(?:api|access|secret|private|client|auth|refresh|session)?[_-]?(?:key|token|secret)"
+    r"|password|passwd|pwd|client[_-]?secret"
+    r")([\"']?[ \t]*[=:][ \t]*[\"']?)([^\s\"'&,;<>\[\]]+)"
+)
+_PASSWORD_NAMES = frozenset({"password", "passwd", "pwd"})
+
+
+def _entropy(value: str) -> float:
+    counts = Counter(value)
+    return -sum(c / len(value) * math.log2(c / len(value)) for c in counts.values())
+
+
+def _looks_random(value: str) -> bool:
+    """A credential, not a word: long, varied and mixing digits or cases."""
+    if len(value) < 16:
+        return False
+    mixed = any(c.isdigit() for c in value) or (any(c.isupper() for c in value) and any(c.islower() for c in value))
+    return mixed and _entropy(value) >= 3.0
+
+
+def _replace_assigned(match: re.Match[str]) -> str:
+    name, glue, value = match.group(1), match.group(2), match.group(3)
+    if name.lower() in _PASSWORD_NAMES or _looks_random(value):
+        return f"{name}{glue}{SECRET}"
+    return match.group(0)
+
+
+# -- e-mail, cards, phones ---------------------------------------------------------------------------
+
+_EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
+
+_CARD = re.compile(
+    r"(?<![\d.,-])(?:"
+    r"\d{4}([ -])\d{4}\1\d{4}\1\d{4}"  # 4-4-4-4
+    r"|\d{4}([ -])\d{6}\2\d{5}"  # Amex 4-6-5
+    r"|\d{13,19}"  # unseparated
+    r")(?![\d]|[.,-]\d)"
+)
+
+
+def _luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch)
+        if i % 2 == 1:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _replace_card(match: re.Match[str]) -> str:
+    digits = re.sub(r"\D", "", match.group(0))
+    # Issuer ranges start with 2-6 (Mastercard 2-series, Amex/Diners/JCB 3, Visa 4, Mastercard 5, Discover 6).
+    if 13 <= len(digits) <= 19 and digits[0] in "23456" and _luhn(digits):
+        return CARD
+    return match.group(0)
+
+
+_PHONE = re.compile(
+    r"(?<![\w+./-])"
+    r"(\+\d{1,3}[ .-]?)?"  # country code
+    r"(\(\d{1,4}\)[ .-]?)?"  # area code in parentheses
+    r"\d{1,14}(?:[ .-]\d{1,14}){0,5}"
+    r"(?![\w]|[.,/-]\d)"
+)
+
+
+def _replace_phone(match: re.Match[str]) -> str:
+    text = match.group(0)
+    digits = re.sub(r"\D", "", text)
+    n = len(digits)
+    if match.group(1):  # +CC: international format is unambiguous enough
+        return PHONE if 8 <= n <= 15 else text
+    if match.group(2):  # (AAA) ...
+        return PHONE if 9 <= n <= 15 and re.search(r"\)[ .-]?\d{3}", text) else text
+    groups = re.split(r"[ .-]", text)
+    lengths = [len(g) for g in groups]
+    if "." in text and len(groups) == 4 and max(lengths) <= 3:
+        return text  # an IPv4 address
+    if lengths == [3, 3, 4] or (lengths == [1, 3, 3, 4] and groups[0] == "1"):
+        return PHONE  # North American 555-123-4567, 1-800-555-1234
+    if len(groups) >= 2 and groups[0].startswith("0") and min(lengths) >= 2 and 10 <= n <= 12:
+        return PHONE  # national trunk prefix: 020 7946 0958, 06 12 34 56 78
+    return text
+
+
+_BUILTIN_RULES: tuple[_Rule, ...] = (
+    _Rule("private_key", _PRIVATE_KEY, _const(SECRET)),
+    _Rule("jwt", _JWT, _const(SECRET)),
+    _Rule("vendor_token", _VENDOR_TOKEN, _const(SECRET)),
+    _Rule("bearer", _BEARER, lambda m: f"{m.group(1)} {SECRET}"),
+    _Rule("assigned_secret", _ASSIGNED, _replace_assigned),
+    _Rule("email", _EMAIL, _const(EMAIL)),
+    _Rule("card", _CARD, _replace_card),
+    _Rule("phone", _PHONE, _replace_phone),
+)
+
+
+class Redactor:
+    """Redacts text bound for an external judge: built-in patterns, then `patterns`, then `hook`.
+
+    `hook(text) -> text` sees the already-redacted text. If it raises (or returns a non-string), the whole
+    text becomes `[REDACTION_FAILED]`: failing closed costs a score's quality, failing open leaks data.
+    """
+
+    def __init__(
+        self,
+        hook: Callable[[str], str] | None = None,
+        *,
+        builtin: bool = True,
+        patterns: Sequence[re.Pattern[str]] = (),
+    ) -> None:
+        extra = tuple(_Rule(f"pattern[{i}]", p, _const(REDACTED)) for i, p in enumerate(patterns))
+        self._rules: tuple[_Rule, ...] = (_BUILTIN_RULES if builtin else ()) + extra
+        self._hook = hook
+        self._lock = threading.Lock()
+        self._failures = 0
+
+    @property
+    def failures(self) -> int:
+        """How many texts were replaced by `[REDACTION_FAILED]` so far."""
+        return self._failures
+
+    def redact_text(self, text: str) -> str:
+        """Never raises; returns the redacted text or `[REDACTION_FAILED]`."""
+        if not isinstance(text, str):
+            return self._failed("input is not a string", None)
+        try:
+            out = self._apply_rules(text)
+        except Exception as exc:  # pragma: no cover - the built-ins are plain regexes
+            return self._failed("a redaction pattern failed", exc)
+        if self._hook is None:
+            return out
+        try:
+            hooked = self._hook(out)
+        except Exception as exc:
+            return self._failed("the redaction hook raised", exc)
+        if not isinstance(hooked, str):
+            return self._failed(f"the redaction hook returned {type(hooked).__name__}, not str", None)
+        return hooked
+
+    def redact_sample(self, sample: RagSample) -> RagSample:
+        """The sample with query, every context's content, response and ground truth redacted."""
+        return sample.model_copy(
+            update={
+                "query": self.redact_text(sample.query),
+                "contexts": tuple(
+                    doc.model_copy(update={"content": self.redact_text(doc.content)}) for doc in sample.contexts
+                ),
+                "response": self.redact_text(sample.response),
+                "ground_truth": None if sample.ground_truth is None else self.redact_text(sample.ground_truth),
+            }
+        )
+
+    def _apply_rules(self, text: str) -> str:
+        for _ in range(_MAX_PASSES):
+            before = text
+            for rule in self._rules:
+                text = rule.pattern.sub(rule.replace, text)
+            if text == before:
+                break
+        return text
+
+    def _failed(self, why: str, exc: BaseException | None) -> str:
+        """Count and log without the text: an exception message may quote it."""
+        with self._lock:
+            self._failures += 1
+            first = self._failures == 1
+        detail = type(exc).__name__ if exc is not None else "-"
+        if first:
+            _logger.error("redaction failed (%s: %s); text withheld as %s", why, detail, FAILED)
+        else:
+            _logger.debug("redaction failed again (%s: %s)", why, detail)
+        return FAILED

@@ -1,0 +1,216 @@
+"""Redaction: a table of what must and must not be redacted, properties, the hook failing closed."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ragtrace.live.redaction import CARD, EMAIL, FAILED, PHONE, REDACTED, SECRET, Redactor
+from ragtrace.scoring import Document, RagSample
+
+R = Redactor()
+
+POSITIVE = [
+    # e-mail
+    ("write to john.doe+rag@example.co.uk today", f"write to {EMAIL} today"),
+    ("<a.b_c%d@sub-domain.example.org>", f"<{EMAIL}>"),
+    # phones
+    ("call +1 (555) 123-4567 now", f"call {PHONE} now"),
+    ("call +44 20 7946 0958", f"call {PHONE}"),
+    ("tel: +33612345678", f"tel: {PHONE}"),
+    ("(555) 123-4567", PHONE),
+    ("555-123-4567 or 555.123.4567", f"{PHONE} or {PHONE}"),
+    ("1-800-555-1234", PHONE),
+    ("020 7946 0958", PHONE),
+    ("06 12 34 56 78", PHONE),
+    # cards (Luhn-valid test numbers)
+    ("visa 4111 1111 1111 1111.", f"visa {CARD}."),
+    ("4111-1111-1111-1111", CARD),
+    ("mc 5555555555554444 exp 12/29", f"mc {CARD} exp 12/29"),
+    ("amex 3782 822463 10005", f"amex {CARD}"),
+    ("amex 378282246310005", f"amex {CARD}"),
+    # secrets
+    ("OPENAI_API_KEY sk-proj-abc123DEF456ghi789JKL012mno", f"OPENAI_API_KEY {SECRET}"),
+    ("sk-ant-api03-AbCdEf0123456789GhIjKl", SECRET),
+    ("aws AKIAIOSFODNN7EXAMPLE", f"aws {SECRET}"),
+    ("ghp_abcdefghijklmnopqrstuvwxyz0123456789", SECRET),
+    ("github_pat_11ABCDEFG0123456789_abcdefghijklmnop", SECRET),
+    ("xoxb-123456789012-abcdefghijkl", SECRET),
+    ("Authorization: Bearer abc.DEF-123_456~789+xyz/=", f"Authorization: Bearer {SECRET}"),
+    ("bearer QWxhZGRpbjpvcGVuIHNlc2FtZQQWxhZGRpbjpv", f"bearer {SECRET}"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.abcDEF123456", f"jwt {SECRET}"),
+    ("url?api_key=9f8e7d6c5b4a39281706f5e4d3c2b1a0&x=1", f"url?api_key={SECRET}&x=1"),
+    ("token=ZXhhbXBsZS10b2tlbi12YWx1ZQ==", f"token={SECRET}"),
+    ('"secret": "Ab1Cd2Ef3Gh4Ij5Kl6Mn7"', f'"secret": "{SECRET}"'),
+    ("x-api-key: 7fA9kQ2mZ8pL4vN1xR6t", f"x-api-key: {SECRET}"),
+    ("password=hunter2 ok", f"password={SECRET} ok"),
+    ("PWD: 1234", f"PWD: {SECRET}"),
+    (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nIBAAK\n-----END RSA PRIVATE KEY-----\nrest",
+        f"{SECRET}\nrest",
+    ),
+]
+
+NEGATIVE = [
+    "order 12345678901234 shipped",  # not Luhn-valid
+    "4111111111111112",  # Luhn-invalid
+    "1234567812345670",  # Luhn-valid but no issuer starts with 1
+    "on 2024-01-15 at 10:30",
+    "ip 192.168.100.200",
+    "version 1.2.3 and 10.20.30.40.50",
+    "pi is 3.14159265358979",
+    "ISBN 978-3-16-148410-0",
+    "page 12, line 345",
+    "year 2024 and 1999",
+    "555-1234",  # too short to tell from other numbers
+    "10 20 30 40 50",
+    "The bearer of bad news.",
+    "The key: understanding the domain.",
+    "monkey=bananas1234567890ABCdef",
+    "token=short",
+    "secret: abcdefghijklmnopqrstuvwxyz",  # a word, not a credential
+    "scikit sk-learn-is-a-library-for-ml",
+    "see task-abcdefghijklmnop1234567890",
+    "email at example dot com",
+    "user@localhost",
+    "a tensor of shape 1024 x 768",
+    "",
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), POSITIVE)
+def test_redacted(text: str, expected: str) -> None:
+    assert R.redact_text(text) == expected
+
+
+@pytest.mark.parametrize("text", NEGATIVE)
+def test_left_alone(text: str) -> None:
+    assert R.redact_text(text) == text
+
+
+# -- properties ----------------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_never_raises_and_is_idempotent(text: str) -> None:
+    once = R.redact_text(text)
+    assert isinstance(once, str)
+    assert R.redact_text(once) == once
+
+
+digits_and_separators = st.text(alphabet="0123456789 -+.()/:=@abcxyzKEY_", max_size=80)
+
+
+@settings(max_examples=300, deadline=None)
+@given(digits_and_separators)
+def test_idempotent_on_number_soup(text: str) -> None:
+    once = R.redact_text(text)
+    assert R.redact_text(once) == once
+
+
+def luhn_complete(prefix: str) -> str:
+    for check in "0123456789":
+        digits = prefix + check
+        total = 0
+        for i, ch in enumerate(reversed(digits)):
+            d = int(ch) * (2 if i % 2 else 1)
+            total += d - 9 if d > 9 else d
+        if total % 10 == 0:
+            return digits
+    raise AssertionError("unreachable")
+
+
+words = st.text(alphabet="abcdefghij ,.", max_size=20).map(lambda s: f" {s} ")
+
+
+@given(st.from_regex(r"4[0-9]{14}", fullmatch=True), words, words)
+def test_any_valid_visa_number_is_redacted(prefix: str, before: str, after: str) -> None:
+    number = luhn_complete(prefix)
+    out = R.redact_text(before + number + after)
+    assert number not in out and CARD in out
+
+
+local = st.from_regex(r"[a-z0-9][a-z0-9._+]{0,15}", fullmatch=True)
+domain = st.from_regex(r"[a-z0-9]{1,10}(\.[a-z0-9]{1,10}){0,2}\.[a-z]{2,6}", fullmatch=True)
+
+
+@given(local, domain, words, words)
+def test_any_plain_email_is_redacted(user: str, host: str, before: str, after: str) -> None:
+    address = f"{user}@{host}"
+    out = R.redact_text(before + address + after)
+    assert address not in out and EMAIL in out
+
+
+# -- hook, user patterns, samples ---------------------------------------------------------------------
+
+
+def test_hook_runs_after_builtins() -> None:
+    seen: list[str] = []
+
+    def hook(text: str) -> str:
+        seen.append(text)
+        return text.replace("Acme", "[ORG]")
+
+    redactor = Redactor(hook)
+    assert redactor.redact_text("Acme: ops@acme.io") == f"[ORG]: {EMAIL}"
+    assert seen == [f"Acme: {EMAIL}"]
+
+
+def test_failing_hook_fails_closed_and_logs_without_the_text(caplog: pytest.LogCaptureFixture) -> None:
+    def hook(text: str) -> str:
+        raise ValueError(f"cannot handle {text}")
+
+    redactor = Redactor(hook)
+    with caplog.at_level(logging.DEBUG, logger="ragtrace.live.redaction"):
+        assert redactor.redact_text("the patient John Smith") == FAILED
+        assert redactor.redact_text("another secret thing") == FAILED
+    assert redactor.failures == 2
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "ValueError" in errors[0].getMessage()
+    assert not any("John" in r.getMessage() or r.exc_info for r in caplog.records)
+
+
+def test_hook_returning_non_string_fails_closed() -> None:
+    assert Redactor(lambda t: None).redact_text("x") == FAILED  # type: ignore[arg-type,return-value]
+    assert Redactor().redact_text(None) == FAILED  # type: ignore[arg-type]
+
+
+def test_user_patterns_and_builtin_off() -> None:
+    employee = re.compile(r"\bEMP-\d{5}\b")
+    both = Redactor(patterns=[employee])
+    assert both.redact_text("EMP-12345 a@b.co") == f"{REDACTED} {EMAIL}"
+    only = Redactor(builtin=False, patterns=[employee])
+    assert only.redact_text("EMP-12345 a@b.co") == f"{REDACTED} a@b.co"
+    assert Redactor(builtin=False).redact_text("a@b.co") == "a@b.co"
+
+
+def test_redact_sample() -> None:
+    sample = RagSample(
+        query="my card is 4111 1111 1111 1111, mail me at a@b.co",
+        contexts=[Document(content="call 555-123-4567", id="doc-1", score=0.9), "key sk-abc123def456ghi789jkl012"],
+        response="Sure, a@b.co",
+        ground_truth="password=hunter2",
+        metadata={"retriever": "kb"},
+    )
+    out = Redactor().redact_sample(sample)
+    assert out.query == f"my card is {CARD}, mail me at {EMAIL}"
+    assert out.context_texts == [f"call {PHONE}", f"key {SECRET}"]
+    assert out.contexts[0].id == "doc-1" and out.contexts[0].score == 0.9
+    assert out.response == f"Sure, {EMAIL}"
+    assert out.ground_truth == f"password={SECRET}"
+    assert out.metadata == {"retriever": "kb"}
+    assert sample.query.startswith("my card is 4111")  # the input is untouched
+    assert Redactor().redact_sample(RagSample(query="q")).ground_truth is None
+
+
+def test_sample_with_failing_hook_withholds_every_field() -> None:
+    def hook(text: str) -> str:
+        raise RuntimeError
+
+    out = Redactor(hook).redact_sample(RagSample(query="q", contexts=["c"], response="r", ground_truth="g"))
+    assert (out.query, out.context_texts, out.response, out.ground_truth) == (FAILED, [FAILED], FAILED, FAILED)
