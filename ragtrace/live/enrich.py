@@ -1,0 +1,192 @@
+"""What a score looks like on a span (attributes.md), and how it gets onto an ended, read-only span.
+
+Ended spans are immutable in OpenTelemetry, so enrich mode builds a copy with merged attributes and
+events, and link mode builds a new `evaluation <scorer>` span. Both are plain `ReadableSpan`s that the
+wrapped exporting processor encodes like any other.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind
+from opentelemetry.util.types import AttributeValue
+
+from ragtrace.scoring import JudgeUsage, ScoreResult
+
+EvalStatus = Literal["scored", "partial", "skipped", "error", "timeout"]
+EVENT_NAME = "gen_ai.evaluation.result"
+SCOPE = InstrumentationScope("ragtrace", "0.1.0")
+_ids = RandomIdGenerator()
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Every scorer's result for one sample, as it will be written: results, total usage, why it ended."""
+
+    results: tuple[ScoreResult, ...]
+    usage: JudgeUsage
+    timed_out: bool = False
+    model: str = ""
+    prompt_version: str = ""
+
+    @property
+    def status(self) -> EvalStatus:
+        if self.timed_out:
+            return "timeout"
+        scored = any(r.status == "scored" for r in self.results)
+        errors = [r.error for r in self.results if r.error is not None]
+        if errors:
+            if scored:
+                return "partial"
+            return "timeout" if all(e == "judge_timeout" for e in errors) else "error"
+        return "scored" if scored else "skipped"
+
+    @property
+    def error(self) -> str | None:
+        if self.timed_out:
+            return "judge_timeout"
+        return next((r.error for r in self.results if r.error is not None), None)
+
+
+def _cap(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
+def scorer_attributes(result: ScoreResult, reason_max_chars: int) -> dict[str, AttributeValue]:
+    """`ragtrace.<scorer>.score|label|reason` for one result (score and label only when scored)."""
+    prefix = f"ragtrace.{result.name}"
+    attrs: dict[str, AttributeValue] = {f"{prefix}.reason": _cap(result.reason, reason_max_chars)}
+    if result.score is not None:
+        attrs[f"{prefix}.score"] = float(result.score)
+    if result.label is not None:
+        attrs[f"{prefix}.label"] = result.label
+    return attrs
+
+
+def common_attributes(evaluation: Evaluation) -> dict[str, AttributeValue]:
+    """`ragtrace.eval.*` and `ragtrace.judge.*`: the outcome and what the judge spent."""
+    usage = evaluation.usage
+    attrs: dict[str, AttributeValue] = {
+        "ragtrace.eval.status": evaluation.status,
+        "ragtrace.judge.model": usage.model or evaluation.model,
+        "ragtrace.judge.prompt_version": usage.prompt_version or evaluation.prompt_version,
+        "ragtrace.judge.input_tokens": int(usage.input_tokens),
+        "ragtrace.judge.output_tokens": int(usage.output_tokens),
+        "ragtrace.judge.latency_ms": float(usage.latency_ms),
+    }
+    if usage.cost_usd is not None:
+        attrs["ragtrace.judge.cost_usd"] = float(usage.cost_usd)
+    if (error := evaluation.error) is not None:
+        attrs["ragtrace.eval.error"] = error
+    return attrs
+
+
+def evaluation_event(result: ScoreResult, reason_max_chars: int, timestamp: int | None = None) -> Event:
+    """One `gen_ai.evaluation.result` event, with the GenAI semantic convention's attribute names."""
+    attrs: dict[str, AttributeValue] = {
+        "gen_ai.evaluation.name": result.name,
+        "gen_ai.evaluation.explanation": _cap(result.reason, reason_max_chars),
+    }
+    if result.score is not None:
+        attrs["gen_ai.evaluation.score.value"] = float(result.score)
+    if result.label is not None:
+        attrs["gen_ai.evaluation.score.label"] = result.label
+    if result.error is not None:
+        attrs["error.type"] = result.error
+    return Event(EVENT_NAME, attrs, timestamp=timestamp or time.time_ns())
+
+
+def evaluation_writes(
+    evaluation: Evaluation, reason_max_chars: int
+) -> tuple[dict[str, AttributeValue], list[Event]]:
+    """All attributes and events that one evaluation adds to its target span (enrich mode)."""
+    attrs = common_attributes(evaluation)
+    now = time.time_ns()
+    events: list[Event] = []
+    for result in evaluation.results:
+        attrs.update(scorer_attributes(result, reason_max_chars))
+        events.append(evaluation_event(result, reason_max_chars, now))
+    return attrs, events
+
+
+def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events: Sequence[Event]) -> ReadableSpan:
+    """A copy of an ended span with attributes and events added; everything else (ids, times) unchanged.
+
+    The added attributes are not subject to the span's attribute limit (the scores are the point), and
+    the original dropped counts are carried over so exporters still report them.
+    """
+    old_attrs = span.attributes or {}
+    merged = BoundedAttributes(maxlen=None, attributes={**old_attrs, **attributes}, immutable=True)
+    merged.dropped = span.dropped_attributes
+    all_events: BoundedList[Event] = BoundedList(maxlen=None)
+    all_events.extend((*span.events, *events))
+    all_events.dropped = span.dropped_events
+    links: BoundedList[Link] = BoundedList(maxlen=None)
+    links.extend(span.links)
+    links.dropped = span.dropped_links
+    return ReadableSpan(
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes=merged,
+        events=all_events,
+        links=links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+def evaluation_span(
+    target: SpanContext,
+    result: ScoreResult,
+    evaluation: Evaluation,
+    *,
+    resource: Resource,
+    start_time: int,
+    reason_max_chars: int,
+) -> ReadableSpan:
+    """Link mode: a short `evaluation <scorer>` span, child of the evaluated span and linked to it."""
+    end = time.time_ns()
+    context = SpanContext(
+        trace_id=target.trace_id,
+        span_id=_ids.generate_span_id(),
+        is_remote=False,
+        trace_flags=target.trace_flags,
+        trace_state=target.trace_state,
+    )
+    attrs: dict[str, AttributeValue] = {
+        "openinference.span.kind": "EVALUATOR",
+        "gen_ai.evaluation.name": result.name,
+        **common_attributes(evaluation),
+        **scorer_attributes(result, reason_max_chars),
+    }
+    if result.error is not None:
+        attrs["error.type"] = result.error
+    parent = SpanContext(target.trace_id, target.span_id, is_remote=False, trace_flags=target.trace_flags)
+    return ReadableSpan(
+        name=f"evaluation {result.name}",
+        context=context,
+        parent=parent,
+        resource=resource,
+        attributes=attrs,
+        events=(evaluation_event(result, reason_max_chars, end),),
+        links=(Link(parent),),
+        kind=SpanKind.INTERNAL,
+        start_time=min(start_time, end),
+        end_time=end,
+        instrumentation_scope=SCOPE,
+    )

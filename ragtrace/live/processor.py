@@ -1,0 +1,501 @@
+"""`RagScoringSpanProcessor`: score RAG traces on live traffic and write the scores into the same traces.
+
+It wraps the exporting processor (normally `BatchSpanProcessor(OTLPSpanExporter())`), like logfire's
+processor wrappers. On the app's thread `on_end` does O(1) work and never raises: spans of traces that
+cannot be sampled are forwarded at once; the others are held in a bounded store until their trace
+closes (local root ended, or `max_trace_wait`). Closing, extraction, sampling, judging and enrichment
+all happen on the background worker. Every span that enters leaves exactly once, scored or not.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Literal
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import SpanContext
+from opentelemetry.util.types import AttributeValue
+
+from ragtrace.capture import CapturedSample, CaptureStats, Extractor, extract_samples
+from ragtrace.judges.base import Judge
+from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
+from ragtrace.live.sampling import Sampler
+from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef, SpanStore
+from ragtrace.live.worker import ScoreJob, ScoringWorker
+from ragtrace.scoring import (
+    ContextPrecision,
+    ContextRecall,
+    ContextRelevance,
+    JudgeUsage,
+    RagSample,
+    Scorer,
+    ScoreResult,
+)
+
+if TYPE_CHECKING:
+    from ragtrace.live.metrics import RagtraceMetrics
+    from ragtrace.live.redaction import Redactor
+
+logger = logging.getLogger(__name__)
+
+Mode = Literal["enrich", "link"]
+Target = Literal["retrieval", "generation", "root"]
+
+
+def _decision(result: ScoreResult) -> str:
+    if result.error is not None:
+        return "timeout" if result.error == "judge_timeout" else "error"
+    if result.skipped is not None:
+        return f"skipped_{result.skipped}"
+    return "scored"
+
+
+def _is_local_root(span: ReadableSpan) -> bool:
+    parent = span.parent
+    return parent is None or parent.is_remote
+
+
+class RagScoringSpanProcessor(SpanProcessor):
+    """Holds sampled traces, scores their RAG samples on a worker, forwards every span exactly once.
+
+    `mode="enrich"` writes scores onto the evaluated span before it is exported (spans of a sampled
+    trace wait up to `score_deadline`); `mode="link"` exports at once and adds `evaluation <scorer>`
+    spans. Limits (`max_queue` jobs, `max_held_spans`, `max_open_traces`) bound memory; overflow
+    forwards spans unscored and is counted (`queue_full`).
+    """
+
+    def __init__(
+        self,
+        exporting: SpanProcessor,
+        *,
+        judge: Judge,
+        scorers: Sequence[Scorer] | None = None,
+        sampler: Sampler | None = None,
+        mode: Mode = "enrich",
+        target: Target = "retrieval",
+        max_trace_wait: float = 30.0,
+        score_deadline: float = 30.0,
+        max_queue: int = 1000,
+        max_held_spans: int = 50_000,
+        max_open_traces: int = 10_000,
+        concurrency: int = 8,
+        redactor: Redactor | None = None,
+        extractor: Extractor | None = None,
+        metrics: RagtraceMetrics | None = None,
+        reason_max_chars: int = 500,
+        tick_interval: float = 0.05,
+    ) -> None:
+        if mode not in ("enrich", "link"):
+            raise ValueError(f"mode must be 'enrich' or 'link', got {mode!r}")
+        if target not in ("retrieval", "generation", "root"):
+            raise ValueError(f"target must be 'retrieval', 'generation' or 'root', got {target!r}")
+        for name, value in (
+            ("max_trace_wait", max_trace_wait), ("score_deadline", score_deadline),
+            ("tick_interval", tick_interval),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {value!r}")
+        for name, count in (
+            ("max_queue", max_queue), ("max_held_spans", max_held_spans),
+            ("max_open_traces", max_open_traces), ("concurrency", concurrency),
+            ("reason_max_chars", reason_max_chars),
+        ):
+            if not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
+        self._exporting = exporting
+        self._judge = judge
+        self._scorers: tuple[Scorer, ...] = (
+            tuple(scorers) if scorers is not None else (ContextPrecision(), ContextRelevance(), ContextRecall())
+        )
+        self._by_name = {s.name: s for s in self._scorers}
+        self._sampler = sampler if sampler is not None else Sampler()
+        self._mode = mode
+        self._target = target
+        self._max_trace_wait = max_trace_wait
+        self._score_deadline = score_deadline
+        self._redactor = redactor
+        self._extractor = extractor
+        self._metrics = metrics
+        self._reason_max_chars = reason_max_chars
+        self._store = SpanStore(max_held_spans=max_held_spans, max_open_traces=max_open_traces)
+        self._counts_lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._unreported: Counter[str] = Counter()
+        self._capture_counts: Counter[str] = Counter()
+        self._shutdown = False
+        self._shutdown_lock = threading.Lock()
+        self._worker = ScoringWorker(
+            judge, concurrency=concurrency, max_queue=max_queue, on_tick=self._tick,
+            tick_interval=tick_interval,
+        )
+        self._worker.start()
+        if metrics is not None:
+            try:
+                metrics.observe(lambda: self._worker.depth, lambda: self._store.held)
+            except Exception:
+                logger.exception("ragtrace: metrics.observe failed")
+
+    # --- introspection (tests, health) ------------------------------------------------------------
+
+    @property
+    def decisions(self) -> dict[str, int]:
+        """Decision counts so far (the same numbers as the `ragtrace.evaluation.decisions` counter)."""
+        with self._counts_lock:
+            return dict(self._counts)
+
+    @property
+    def capture_counts(self) -> dict[str, int]:
+        """Why spans could not be read (`invalid_documents_json`, ...), as counted by capture."""
+        with self._counts_lock:
+            return dict(self._capture_counts)
+
+    @property
+    def held_spans(self) -> int:
+        return self._store.held
+
+    @property
+    def open_traces(self) -> int:
+        return self._store.open_traces
+
+    @property
+    def queue_depth(self) -> int:
+        return self._worker.depth
+
+    # --- the app thread ---------------------------------------------------------------------------
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        try:
+            self._exporting.on_start(span, parent_context=parent_context)
+        except Exception:
+            logger.exception("ragtrace: wrapped on_start failed")
+
+    def _on_ending(self, span: Span) -> None:
+        try:
+            self._exporting._on_ending(span)
+        except Exception:
+            logger.exception("ragtrace: wrapped _on_ending failed")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """O(1) and exception-safe: forward, or hold for scoring (a dict insert under a lock)."""
+        forwarded = False
+        try:
+            ctx = span.context
+            if self._shutdown or ctx is None:
+                forwarded = True
+                self._forward(span)
+                return
+            trace_id = ctx.trace_id
+            is_root = _is_local_root(span)
+            if not self._sampler.might_sample(trace_id):
+                forwarded = True
+                self._forward(span)
+                if is_root:
+                    self._count("not_sampled")
+                return
+            if self._mode == "link":  # link mode exports at once; the store keeps a reference only
+                forwarded = True
+                self._forward(span)
+            result = self._store.add(span, trace_id, is_root)
+            if result == "held":
+                return
+            if result == "overflow":
+                self._count("queue_full")
+            if not forwarded:
+                forwarded = True
+                self._forward(span)
+        except Exception:
+            logger.exception("ragtrace: on_end failed; span forwarded unscored")
+            if not forwarded:
+                self._forward(span)
+
+    def _forward(self, span: ReadableSpan) -> None:
+        try:
+            self._exporting.on_end(span)
+        except Exception:
+            logger.exception("ragtrace: wrapped on_end failed")
+
+    def _forward_all(self, spans: Iterable[ReadableSpan]) -> None:
+        for span in spans:
+            self._forward(span)
+
+    def _count(self, decision: str, n: int = 1) -> None:
+        with self._counts_lock:
+            self._counts[decision] += n
+            self._unreported[decision] += n
+
+    def _report(self) -> None:
+        """Push decision counts to metrics (batched so the app thread never touches the meter)."""
+        with self._counts_lock:
+            pending, self._unreported = self._unreported, Counter()
+        if self._metrics is None:
+            return
+        for decision, n in pending.items():
+            try:
+                self._metrics.decision(decision, n)
+            except Exception:
+                logger.exception("ragtrace: metrics.decision failed")
+
+    # --- the worker thread ------------------------------------------------------------------------
+
+    def _tick(self, *, everything: bool = False) -> None:
+        """Close traces whose root ended (or that waited too long), release expired ones, report."""
+        for trace in self._store.take_closing(self._max_trace_wait, everything=everything):
+            try:
+                self._close(trace)
+            except Exception:
+                logger.exception("ragtrace: closing a trace failed; spans forwarded unscored")
+                self._count("error")
+                self._pass_through(trace)
+        for pending in self._store.pop_expired(time.monotonic()):
+            self._release(pending)
+        self._report()
+
+    def _pass_through(self, trace: OpenTrace) -> None:
+        if self._mode == "enrich":
+            self._forward_all(trace.spans)
+        self._store.release(len(trace.spans))
+
+    def _close(self, trace: OpenTrace) -> None:
+        """Extract samples, decide which to judge, queue the jobs (or pass the trace through)."""
+        if trace.overflowed:  # counted as queue_full when it overflowed
+            self._pass_through(trace)
+            return
+        spans = trace.spans
+        stats = CaptureStats()
+        samples = extract_samples(spans, extractor=self._extractor, stats=stats)
+        if stats.counts:
+            with self._counts_lock:
+                self._capture_counts.update(stats.counts)
+        if not samples:
+            self._count("not_rag")
+            self._pass_through(trace)
+            return
+        by_id = {s.context.span_id: s for s in spans if s.context is not None}
+        first = spans[0]
+        assert first.context is not None  # only spans with a context are ever held
+        trace_id = first.context.trace_id
+        jobs: dict[int, tuple[RagSample, tuple[Scorer, ...]]] = {}
+        refs: dict[int, SampleRef] = {}
+        for key, captured in enumerate(samples):
+            planned = self._plan(trace_id, captured, by_id.get(captured.retrieval_span_id, first))
+            if planned is not None:
+                jobs[key] = planned
+                target = self._target_of(captured, by_id, spans)
+                refs[key] = SampleRef(target, tuple(s.name for s in planned[1]), captured.retriever)
+        if not jobs:
+            self._pass_through(trace)
+            return
+        if self._mode == "link":  # spans are exported already; drop the references now
+            self._store.release(len(spans))
+            spans = []
+        pending = PendingTrace(
+            trace_id=trace_id,
+            spans=spans,
+            deadline=time.monotonic() + self._score_deadline,
+            resource=first.resource,
+            trace_flags=first.context.trace_flags,
+            waiting=refs,
+        )
+        if not self._store.put_pending(trace_id, pending):
+            self._count("queue_full", len(jobs))
+            self._forward_all(spans)
+            self._store.release(len(spans))
+            return
+        start_ns = time.time_ns()
+        for key, (sample, scorers) in jobs.items():
+            job = ScoreJob(
+                sample=sample,
+                scorers=scorers,
+                deadline=pending.deadline,
+                on_done=self._on_done(trace_id, key, start_ns),
+            )
+            if not self._worker.submit(job):
+                self._count("queue_full")
+                _, done = self._store.record(trace_id, key, None)
+                if done is not None:
+                    self._release(done)
+
+    def _plan(
+        self, trace_id: int, captured: CapturedSample, span: ReadableSpan
+    ) -> tuple[RagSample, tuple[Scorer, ...]] | None:
+        """Sampling, admission and redaction for one sample; None when it is not to be judged."""
+        names = [
+            s.name for s in self._scorers
+            if not (isinstance(s, ContextRecall) and captured.sample.ground_truth is None)
+        ]
+        chosen = self._sampler.scorers_for(trace_id, span, names) if names else ()
+        if not chosen:
+            self._count("not_sampled")
+            return None
+        admission = self._sampler.admit()
+        if admission != "ok":
+            self._count(admission)
+            return None
+        sample = captured.sample
+        if self._redactor is not None:
+            try:
+                sample = self._redactor.redact_sample(sample)
+            except Exception:  # never send an unredacted sample to the judge
+                logger.exception("ragtrace: redaction failed; sample not judged")
+                self._count("error")
+                return None
+        return sample, tuple(self._by_name[n] for n in chosen if n in self._by_name)
+
+    def _target_of(
+        self, captured: CapturedSample, by_id: dict[int, ReadableSpan], spans: Sequence[ReadableSpan]
+    ) -> int:
+        """The span id the scores are written to; falls back to the retrieval span."""
+        if self._target == "generation" and captured.generation_span_id in by_id:
+            return captured.generation_span_id  # type: ignore[return-value]
+        if self._target == "root":
+            if captured.root_span_id in by_id:
+                return captured.root_span_id  # type: ignore[return-value]
+            root = next((s for s in spans if _is_local_root(s) and s.context is not None), None)
+            if root is not None and root.context is not None:
+                return int(root.context.span_id)
+        return captured.retrieval_span_id
+
+    def _on_done(self, trace_id: int, key: int, start_ns: int) -> Callable[[Evaluation, float], None]:
+        def done(evaluation: Evaluation, duration_s: float) -> None:
+            self._job_done(trace_id, key, start_ns, evaluation, duration_s)
+
+        return done
+
+    def _job_done(
+        self, trace_id: int, key: int, start_ns: int, evaluation: Evaluation, duration_s: float
+    ) -> None:
+        """A job reported (worker thread): bill it, count it, write it or keep it for the release."""
+        try:
+            self._sampler.charge(evaluation.usage)
+        except Exception:
+            logger.exception("ragtrace: sampler.charge failed")
+        if self._metrics is not None and (evaluation.usage.calls or evaluation.timed_out):
+            try:
+                self._metrics.judge_call(evaluation.usage, evaluation.status, duration_s)
+            except Exception:
+                logger.exception("ragtrace: metrics.judge_call failed")
+        ref, done = self._store.record(trace_id, key, evaluation if self._mode == "enrich" else None)
+        if ref is None:  # released already (deadline, flush): counted as timeout then
+            return
+        for result in evaluation.results:
+            self._count(_decision(result))
+            if self._metrics is not None and result.score is not None:
+                try:
+                    self._metrics.score(result, ref.retriever)
+                except Exception:
+                    logger.exception("ragtrace: metrics.score failed")
+        if self._mode == "link":
+            pending_like = done or self._store.peek_pending(trace_id)
+            if pending_like is not None:
+                self._emit_links(pending_like, ref.target, evaluation, start_ns)
+        if done is not None:
+            self._release(done)
+
+    def _emit_links(self, pending: PendingTrace, target: int, evaluation: Evaluation, start_ns: int) -> None:
+        ctx = SpanContext(pending.trace_id, target, is_remote=False, trace_flags=pending.trace_flags)
+        for result in evaluation.results:
+            try:
+                span = evaluation_span(
+                    ctx, result, evaluation, resource=pending.resource, start_time=start_ns,
+                    reason_max_chars=self._reason_max_chars,
+                )
+            except Exception:
+                logger.exception("ragtrace: building an evaluation span failed")
+                continue
+            self._forward(span)
+
+    def _timed_out(self, ref: SampleRef) -> Evaluation:
+        return Evaluation(
+            results=tuple(
+                ScoreResult(name=n, error="judge_timeout", reason="not scored: no score before the deadline")
+                for n in ref.names
+            ),
+            usage=JudgeUsage(),
+            timed_out=True,
+            model=str(getattr(self._judge, "model", "")),
+            prompt_version=str(getattr(self._judge, "prompt_version", "")),
+        )
+
+    def _release(self, pending: PendingTrace) -> None:
+        """Forward a pending trace once (it was taken out of the store): unfinished samples time out."""
+        start_ns = time.time_ns()
+        for ref in pending.waiting.values():
+            evaluation = self._timed_out(ref)
+            self._count("timeout", len(ref.names))
+            if self._mode == "link":
+                self._emit_links(pending, ref.target, evaluation, start_ns)
+            else:
+                pending.evaluations.setdefault(ref.target, []).append(evaluation)
+        pending.waiting = {}
+        for span in pending.spans:
+            evaluations = pending.evaluations.get(span.context.span_id) if span.context else None
+            if evaluations:
+                try:
+                    attrs: dict[str, AttributeValue] = {}
+                    events: list[Event] = []
+                    for evaluation in evaluations:
+                        more_attrs, more_events = evaluation_writes(evaluation, self._reason_max_chars)
+                        attrs.update(more_attrs)
+                        events.extend(more_events)
+                    span = enrich(span, attrs, events)
+                except Exception:
+                    logger.exception("ragtrace: enriching a span failed; forwarded unscored")
+            self._forward(span)
+
+    # --- flush and shutdown -----------------------------------------------------------------------
+
+    def _settle(self, deadline: float) -> None:
+        """Close every open trace, wait for scoring until `deadline`, forward whatever is still held."""
+        if not self._worker.call(lambda: self._tick(everything=True), deadline - time.monotonic()):
+            for trace in self._store.take_closing(self._max_trace_wait, everything=True):
+                self._count("timeout")
+                self._pass_through(trace)
+        # Wait for the traces that are still waiting for scores (not for jobs whose trace is gone).
+        while self._store.pending_traces and time.monotonic() < deadline:
+            time.sleep(0.005)
+        for pending in self._store.pop_expired(time.monotonic(), everything=True):
+            self._release(pending)
+        self._report()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Score what can be scored within the timeout, forward everything held, flush the exporter."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        try:
+            if not self._shutdown:
+                self._settle(deadline)
+        except Exception:
+            logger.exception("ragtrace: force_flush failed")
+        remaining = max(int((deadline - time.monotonic()) * 1000), 0)
+        try:
+            return bool(self._exporting.force_flush(remaining))
+        except Exception:
+            logger.exception("ragtrace: wrapped force_flush failed")
+            return False
+
+    def shutdown(self) -> None:
+        """Settle (waiting at most `score_deadline`), stop the worker, shut the wrapped processor down."""
+        with self._shutdown_lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+        try:
+            self._settle(time.monotonic() + self._score_deadline)
+            self._worker.stop()
+            open_traces, pending = self._store.close()
+            for trace in open_traces:
+                self._count("timeout")
+                self._forward_all(trace.spans if self._mode == "enrich" else ())
+            for item in pending:
+                self._release(item)
+            self._report()
+        except Exception:
+            logger.exception("ragtrace: shutdown failed")
+        try:
+            self._exporting.shutdown()
+        except Exception:
+            logger.exception("ragtrace: wrapped shutdown failed")

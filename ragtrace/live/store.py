@@ -1,0 +1,199 @@
+"""The bounded memory of the live pipeline: spans held per open trace, and traces awaiting their scores.
+
+One lock guards everything. The app thread only ever does `add` (a dict lookup, a list append, maybe
+a deque append); the worker thread takes whole traces out. A span leaves the store only by being
+popped under the lock, which is what makes "exported exactly once" hold across threads.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import TraceFlags
+
+from ragtrace.live.enrich import Evaluation
+
+AddResult = Literal["held", "late", "overflow"]
+
+
+@dataclass(slots=True)
+class OpenTrace:
+    """Ended spans of a trace whose local root has not been seen closing yet."""
+
+    spans: list[ReadableSpan]
+    opened: float
+    overflowed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRef:
+    """A sample of a pending trace: the span its scores go to, its scorers, its retriever's name."""
+
+    target: int
+    names: tuple[str, ...]
+    retriever: str
+
+
+@dataclass(slots=True)
+class PendingTrace:
+    """A closed trace with scoring jobs out. In enrich mode `spans` wait for them or for `deadline`."""
+
+    trace_id: int
+    spans: list[ReadableSpan]
+    deadline: float
+    resource: Resource
+    trace_flags: TraceFlags
+    # sample key -> what to do with its evaluation; a key leaves when its job reports
+    waiting: dict[int, SampleRef] = field(default_factory=dict)
+    # target span id -> evaluations to write on it (several samples may share a target)
+    evaluations: dict[int, list[Evaluation]] = field(default_factory=dict)
+
+
+class SpanStore:
+    """Held spans (`held` counts them all), open traces, pending traces and recently closed trace ids."""
+
+    def __init__(self, *, max_held_spans: int, max_open_traces: int) -> None:
+        self.lock = threading.Lock()
+        self.max_held_spans = max_held_spans
+        self.max_open_traces = max_open_traces
+        self.held = 0
+        self.closed = False
+        self._open: dict[int, OpenTrace] = {}
+        self._pending: dict[int, PendingTrace] = {}
+        # Trace ids already closed or bypassed, so that late spans pass straight through (bounded LRU).
+        self._done: dict[int, None] = {}
+        self._closing: deque[int] = deque()
+
+    # --- app thread -------------------------------------------------------------------------------
+
+    def add(self, span: ReadableSpan, trace_id: int, is_root: bool) -> AddResult:
+        """Hold a span, or say why not: `late` (its trace is closed) or `overflow` (limits reached)."""
+        with self.lock:
+            if self.closed or trace_id in self._done:
+                return "late"
+            trace = self._open.get(trace_id)
+            if trace is None:
+                if self.held >= self.max_held_spans or len(self._open) >= self.max_open_traces:
+                    self._mark_done(trace_id)
+                    return "overflow"
+                trace = self._open[trace_id] = OpenTrace([], time.monotonic())
+            elif self.held >= self.max_held_spans:
+                # The trace loses its place: the worker releases what it holds, unscored.
+                trace.overflowed = True
+                self._mark_done(trace_id)
+                self._closing.append(trace_id)
+                return "overflow"
+            trace.spans.append(span)
+            self.held += 1
+            if is_root:
+                self._closing.append(trace_id)
+            return "held"
+
+    def _mark_done(self, trace_id: int) -> None:
+        self._done[trace_id] = None
+        if len(self._done) > self.max_open_traces:
+            del self._done[next(iter(self._done))]
+
+    # --- worker thread ----------------------------------------------------------------------------
+
+    def take_closing(self, max_trace_wait: float, *, everything: bool = False) -> list[OpenTrace]:
+        """Traces whose root ended, that waited longer than `max_trace_wait`, or (flush) all of them."""
+        taken: list[OpenTrace] = []
+        with self.lock:
+            if everything:
+                ids = list(self._open)
+                self._closing.clear()
+            else:
+                ids = []
+                while self._closing:
+                    ids.append(self._closing.popleft())
+                cutoff = time.monotonic() - max_trace_wait
+                for trace_id, trace in self._open.items():
+                    if trace.opened > cutoff:
+                        break
+                    ids.append(trace_id)
+            for trace_id in ids:
+                closing = self._open.pop(trace_id, None)
+                if closing is not None:
+                    self._mark_done(trace_id)
+                    taken.append(closing)
+        return taken
+
+    def release(self, n: int) -> None:
+        """Spans taken out by `take_closing` were forwarded (or are no longer referenced)."""
+        with self.lock:
+            self.held -= n
+
+    def put_pending(self, trace_id: int, pending: PendingTrace) -> bool:
+        """Park a closed trace until its scores arrive; False after shutdown or if its id is already
+        parked (a trace reopened after its id left the closed-id memory): the caller forwards it."""
+        with self.lock:
+            if self.closed or trace_id in self._pending:
+                return False
+            self._pending[trace_id] = pending
+            return True
+
+    def record(
+        self, trace_id: int, key: int, evaluation: Evaluation | None
+    ) -> tuple[SampleRef | None, PendingTrace | None]:
+        """A job reported. Returns its sample (None if the trace was already released) and, when it was
+        the trace's last job, the trace itself, taken out of the store for the caller to release."""
+        with self.lock:
+            pending = self._pending.get(trace_id)
+            if pending is None:
+                return None, None
+            ref = pending.waiting.pop(key, None)
+            if ref is None:
+                return None, None
+            if evaluation is not None:
+                pending.evaluations.setdefault(ref.target, []).append(evaluation)
+            if pending.waiting:
+                return ref, None
+            del self._pending[trace_id]
+            self.held -= len(pending.spans)
+            return ref, pending
+
+    def peek_pending(self, trace_id: int) -> PendingTrace | None:
+        with self.lock:
+            return self._pending.get(trace_id)
+
+    def pop_expired(self, now: float, *, everything: bool = False) -> list[PendingTrace]:
+        """Pending traces past their deadline (in close order, so the scan stops at the first young one)."""
+        out: list[PendingTrace] = []
+        with self.lock:
+            expired: list[int] = []
+            for trace_id, pending in self._pending.items():
+                if not everything and pending.deadline > now:
+                    break
+                expired.append(trace_id)
+            for trace_id in expired:
+                pending = self._pending.pop(trace_id)
+                self.held -= len(pending.spans)
+                out.append(pending)
+        return out
+
+    def close(self) -> tuple[list[OpenTrace], list[PendingTrace]]:
+        """Shutdown: from now on nothing is held; hand back everything that still is."""
+        with self.lock:
+            self.closed = True
+            open_traces = list(self._open.values())
+            pending = list(self._pending.values())
+            self._open.clear()
+            self._pending.clear()
+            self._closing.clear()
+            self.held = 0
+            return open_traces, pending
+
+    @property
+    def open_traces(self) -> int:
+        return len(self._open)
+
+    @property
+    def pending_traces(self) -> int:
+        return len(self._pending)

@@ -1,0 +1,191 @@
+"""The background worker: an asyncio loop in its own daemon thread that runs scoring jobs.
+
+Judging is slow (an LLM call) and the app must never wait for it, so every job runs here, under a
+concurrency limit and a deadline. The loop also runs the processor's periodic `tick` (closing traces,
+releasing expired ones). Instrumentation is suppressed in this thread so the judge's own HTTP calls are
+not traced back into the pipeline they serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+
+from opentelemetry import context as otel_context
+
+from ragtrace.judges.base import Judge
+from ragtrace.judges.run import judge_and_score
+from ragtrace.live.enrich import Evaluation
+from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """One sample to judge before `deadline` (time.monotonic); `on_done` runs on the worker thread."""
+
+    sample: RagSample
+    scorers: tuple[Scorer, ...]
+    deadline: float
+    on_done: Callable[[Evaluation, float], None]  # (evaluation, judge duration in seconds)
+
+
+def _timed_out(job: ScoreJob) -> Evaluation:
+    results: list[ScoreResult] = []
+    for scorer in job.scorers:
+        reason = scorer.skip_reason(job.sample)
+        results.append(
+            scorer.skipped(reason) if reason else scorer.failed("judge_timeout", "no score before the deadline")
+        )
+    return Evaluation(results=tuple(results), usage=JudgeUsage(), timed_out=True)
+
+
+class ScoringWorker:
+    """Runs `ScoreJob`s with at most `concurrency` at once and at most `max_queue` queued or running."""
+
+    def __init__(
+        self,
+        judge: Judge,
+        *,
+        concurrency: int = 8,
+        max_queue: int = 1000,
+        on_tick: Callable[[], None] | None = None,
+        tick_interval: float = 0.05,
+    ) -> None:
+        self._judge = judge
+        self._concurrency = concurrency
+        self.max_queue = max_queue
+        self._on_tick = on_tick
+        self._tick_interval = tick_interval
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._ready = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._main, name="ragtrace-worker", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        self._ready.wait(5.0)
+
+    @property
+    def depth(self) -> int:
+        """Jobs queued or running."""
+        return len(self._tasks)
+
+    @property
+    def on_loop(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    # --- called on the loop thread ----------------------------------------------------------------
+
+    def submit(self, job: ScoreJob) -> bool:
+        """Queue a job (loop thread only). False when the queue is full or the worker stopped."""
+        loop = self._loop
+        if loop is None or self._stopped or len(self._tasks) >= self.max_queue:
+            return False
+        task = loop.create_task(self._run(job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _run(self, job: ScoreJob) -> None:
+        started = time.monotonic()
+        try:
+            evaluation = await asyncio.wait_for(self._judge_job(job), max(job.deadline - started, 0.0))
+        except TimeoutError:
+            evaluation = _timed_out(job)
+        except asyncio.CancelledError:
+            evaluation = _timed_out(job)
+        except Exception as exc:  # a scorer bug costs the score, never the worker
+            logger.exception("ragtrace: scoring failed")
+            evaluation = Evaluation(
+                results=tuple(s.failed("internal_error", f"{type(exc).__name__}: {exc}") for s in job.scorers),
+                usage=JudgeUsage(),
+            )
+        evaluation = Evaluation(
+            results=evaluation.results,
+            usage=evaluation.usage,
+            timed_out=evaluation.timed_out,
+            model=str(getattr(self._judge, "model", "")),
+            prompt_version=str(getattr(self._judge, "prompt_version", "")),
+        )
+        try:
+            job.on_done(evaluation, time.monotonic() - started)
+        except Exception:
+            logger.exception("ragtrace: handling a score failed")
+
+    async def _judge_job(self, job: ScoreJob) -> Evaluation:
+        assert self._sem is not None
+        async with self._sem:
+            scores = await judge_and_score(job.sample, job.scorers, self._judge)
+        return Evaluation(results=scores.results, usage=scores.usage)
+
+    def _tick(self) -> None:
+        if self._on_tick is not None:
+            try:
+                self._on_tick()
+            except Exception:
+                logger.exception("ragtrace: worker tick failed")
+        if self._loop is not None and not self._stopped:
+            self._loop.call_later(self._tick_interval, self._tick)
+
+    def _main(self) -> None:
+        ctx = otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
+        ctx = otel_context.set_value(otel_context._SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, ctx)
+        otel_context.attach(ctx)
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        self._sem = asyncio.Semaphore(self._concurrency)
+        loop.call_soon(self._tick)
+        self._ready.set()
+        try:
+            loop.run_forever()
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                loop.run_until_complete(asyncio.wait(list(self._tasks), timeout=1.0))
+        except Exception:
+            logger.exception("ragtrace: worker loop failed")
+        finally:
+            loop.close()
+
+    # --- called from any thread -------------------------------------------------------------------
+
+    def call(self, fn: Callable[[], None], timeout: float) -> bool:
+        """Run `fn` on the loop thread and wait for it; False if it did not finish in time."""
+        if self.on_loop:
+            fn()
+            return True
+        loop = self._loop
+        if loop is None or self._stopped or not self._thread.is_alive():
+            return False
+
+        async def _call() -> None:
+            fn()
+
+        try:
+            asyncio.run_coroutine_threadsafe(_call(), loop).result(max(timeout, 0.0))
+        except (FutureTimeout, RuntimeError):
+            return False
+        return True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Cancel what is running and end the thread. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        loop = self._loop
+        if loop is not None and self._thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(loop.stop)
+            if not self.on_loop:
+                self._thread.join(timeout)

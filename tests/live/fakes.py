@@ -1,0 +1,161 @@
+"""Test helpers for the live pipeline: a scripted Judge and real-tracer RAG trace builders.
+
+The judge implements the Judge protocol; its behaviour per sample is scripted by the query's prefix
+(`fast:`, `slow:`, `hang:`, `timeout:`, `error:`, `invalid:`, `crash:`), so one trace can be slow and the
+next one fail, as on live traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Sequence
+
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.trace import Tracer
+
+from ragtrace.judges.base import JudgeInvalidOutput, JudgeRequest, Judgement, JudgeTimeout, RateLimited
+from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, Verdicts
+
+BEHAVIOURS = ("fast", "slow", "hang", "timeout", "error", "invalid", "crash")
+
+
+class ScriptedJudge:
+    """A fused in-process judge: verdicts say context i is useful iff its text contains 'good'."""
+
+    model = "scripted/judge"
+    prompt_version = "test-v1"
+    fused = True
+
+    def __init__(self, default: str = "fast", slow_s: float = 0.05) -> None:
+        self.default = default
+        self.slow_s = slow_s
+        self.calls = 0
+        self.suppressed: list[bool] = []
+        self._lock = threading.Lock()
+
+    def behaviour(self, request: JudgeRequest) -> str:
+        head = request.sample.query.split(":", 1)[0]
+        return head if head in BEHAVIOURS else self.default
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        with self._lock:
+            self.calls += 1
+        self.suppressed.append(bool(otel_context.get_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY)))
+        usage = JudgeUsage(calls=1, input_tokens=100, output_tokens=20, cost_usd=0.001, latency_ms=1.0,
+                           model=self.model, prompt_version=self.prompt_version)
+        kind = self.behaviour(request)
+        if kind == "slow":
+            await asyncio.sleep(self.slow_s)
+        elif kind == "hang":
+            await asyncio.sleep(3600)
+        elif kind == "timeout":
+            raise JudgeTimeout("judge took too long", usage)
+        elif kind == "error":
+            raise RateLimited("429 from the judge", usage)
+        elif kind == "invalid":
+            raise JudgeInvalidOutput("judge answer failed validation twice", usage)
+        elif kind == "crash":
+            raise RuntimeError("judge bug")
+        contexts = [
+            ContextVerdict(index=i, useful="good" in d.content, level="high" if "good" in d.content else "none",
+                           used="good" in d.content, reason="scripted")
+            for i, d in enumerate(request.sample.contexts)
+        ]
+        claims = None
+        if Aspect.CLAIMS in request.aspects:
+            claims = [ClaimVerdict(claim="c", supported=True, context_indices=[0])]
+        return Judgement(Verdicts(contexts=contexts, missing=[], claims=claims), usage)
+
+
+class CountingProcessor(SpanProcessor):
+    """The 'exporting' processor of the unit tests: records every span handed to it."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+        self._lock = threading.Lock()
+        self.flushes = 0
+        self.shutdowns = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        with self._lock:
+            self.spans.append(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.flushes += 1
+        return True
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+    def ids(self) -> list[int]:
+        with self._lock:
+            return [s.context.span_id for s in self.spans if s.context is not None]
+
+    def by_name(self, name: str) -> list[ReadableSpan]:
+        with self._lock:
+            return [s for s in self.spans if s.name == name]
+
+
+def documents(texts: Sequence[str]) -> str:
+    return json.dumps([{"id": f"d{i}", "score": 1.0 - i / 10, "content": t} for i, t in enumerate(texts)])
+
+
+def output_messages(answer: str) -> str:
+    return json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": answer}]}])
+
+
+def rag_trace(
+    tracer: Tracer,
+    query: str = "fast: what is good?",
+    docs: Sequence[str] = ("good doc", "bad doc"),
+    answer: str = "a good answer",
+    *,
+    retrievals: int = 1,
+    plain: int = 1,
+    end_root: bool = True,
+) -> list[int]:
+    """One request: root, `retrievals` x (retrieval + chat), `plain` other spans. Returns the span ids."""
+    ids: list[int] = []
+    root = tracer.start_span("rag request")
+    ids.append(root.get_span_context().span_id)
+    ctx = otel_context.get_current()
+    from opentelemetry.trace import set_span_in_context
+
+    ctx = set_span_in_context(root)
+    for _ in range(retrievals):
+        with tracer.start_as_current_span("retrieve", context=ctx) as r:
+            r.set_attribute("gen_ai.operation.name", "retrieval")
+            r.set_attribute("gen_ai.retrieval.query.text", query)
+            r.set_attribute("gen_ai.retrieval.documents", documents(docs))
+            ids.append(r.get_span_context().span_id)
+        with tracer.start_as_current_span("chat", context=ctx) as g:
+            g.set_attribute("gen_ai.operation.name", "chat")
+            g.set_attribute("gen_ai.output.messages", output_messages(answer))
+            ids.append(g.get_span_context().span_id)
+    for i in range(plain):
+        with tracer.start_as_current_span(f"step {i}", context=ctx) as s:
+            s.set_attribute("step", i)
+            ids.append(s.get_span_context().span_id)
+    if end_root:
+        root.end()
+    return ids
+
+
+def plain_trace(tracer: Tracer, n: int = 3) -> list[int]:
+    """A trace with no RAG spans."""
+    ids = []
+    with tracer.start_as_current_span("http request") as root:
+        ids.append(root.get_span_context().span_id)
+        for i in range(n - 1):
+            with tracer.start_as_current_span(f"db {i}") as s:
+                ids.append(s.get_span_context().span_id)
+    return ids
+
+
+def provider_with(processor: SpanProcessor) -> TracerProvider:
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    return provider

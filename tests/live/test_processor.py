@@ -1,0 +1,342 @@
+"""RagScoringSpanProcessor unit tests: real TracerProvider and spans, a scripted in-process judge."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.trace import SpanKind
+
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.sampling import Sampler
+from ragtrace.scoring import ContextPrecision
+from tests.live.fakes import CountingProcessor, ScriptedJudge, plain_trace, provider_with, rag_trace
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+class Rig:
+    def __init__(self, judge: ScriptedJudge | None = None, **options: object) -> None:
+        self.out = CountingProcessor()
+        self.judge = judge or ScriptedJudge()
+        options.setdefault("sampler", Sampler(rate=1.0))
+        options.setdefault("tick_interval", 0.01)
+        self.proc = RagScoringSpanProcessor(self.out, judge=self.judge, **options)  # type: ignore[arg-type]
+        self.provider: TracerProvider = provider_with(self.proc)
+        self.tracer = self.provider.get_tracer("test")
+
+    def exported_once(self, ids: list[int]) -> bool:
+        counts = Counter(self.out.ids())
+        return all(counts[i] == 1 for i in ids) and len(counts) == len(self.out.ids())
+
+    def close(self) -> None:
+        self.provider.shutdown()
+
+
+@pytest.fixture
+def rig() -> Callable[..., Rig]:
+    rigs: list[Rig] = []
+
+    def make(judge: ScriptedJudge | None = None, **options: object) -> Rig:
+        rigs.append(Rig(judge, **options))
+        return rigs[-1]
+
+    yield make  # type: ignore[misc]
+    for r in rigs:
+        r.close()
+
+
+def retrieval(out: CountingProcessor) -> ReadableSpan:
+    (span,) = out.by_name("retrieve")
+    return span
+
+
+def test_enrich_writes_scores_and_events_on_the_retrieval_span(rig: Callable[..., Rig]) -> None:
+    r = rig()
+    ids = rag_trace(r.tracer, docs=("good doc", "bad doc", "good too"))
+    assert wait_until(lambda: len(r.out.spans) == len(ids))
+    assert r.exported_once(ids)
+    attrs = retrieval(r.out).attributes or {}
+    assert attrs["ragtrace.context_precision.score"] == 0.83
+    assert attrs["ragtrace.context_precision.label"] == "pass"
+    assert attrs["ragtrace.eval.status"] == "scored"
+    assert attrs["ragtrace.judge.model"] == "scripted/judge"
+    assert attrs["ragtrace.judge.prompt_version"] == "test-v1"
+    assert attrs["ragtrace.judge.input_tokens"] == 100
+    assert "ragtrace.context_recall.score" not in attrs  # no ground truth: recall does not run
+    events = [e for e in retrieval(r.out).events if e.name == "gen_ai.evaluation.result"]
+    assert {e.attributes["gen_ai.evaluation.name"] for e in events} == {  # type: ignore[index]
+        "context_precision", "context_relevance",
+    }
+    assert r.proc.decisions == {"scored": 2}
+    for span in r.out.spans:  # other spans arrive unchanged
+        if span.name != "retrieve":
+            assert not any(k.startswith("ragtrace.") for k in span.attributes or {})
+    assert r.proc.held_spans == 0
+    assert all(r.judge.suppressed)  # the judge runs with instrumentation suppressed
+
+
+def test_enriched_span_keeps_identity(rig: Callable[..., Rig]) -> None:
+    r = rig()
+    ids = rag_trace(r.tracer)
+    assert wait_until(lambda: len(r.out.spans) == len(ids))
+    span = retrieval(r.out)
+    (root,) = r.out.by_name("rag request")
+    assert span.parent is not None and root.context is not None
+    assert span.parent.span_id == root.context.span_id
+    assert span.context is not None and span.context.trace_id == root.context.trace_id
+    assert span.start_time and span.end_time and span.start_time <= span.end_time
+    assert span.instrumentation_scope is not None and span.instrumentation_scope.name == "test"
+
+
+def test_ground_truth_enables_recall(rig: Callable[..., Rig]) -> None:
+    r = rig()
+    root = r.tracer.start_span("golden")
+    from opentelemetry.trace import set_span_in_context
+
+    root.set_attribute("ragtrace.ground_truth", "the good answer")
+    ctx = set_span_in_context(root)
+    from tests.live.fakes import documents, output_messages
+
+    with r.tracer.start_as_current_span("retrieve", context=ctx) as s:
+        s.set_attribute("gen_ai.operation.name", "retrieval")
+        s.set_attribute("gen_ai.retrieval.query.text", "fast: q")
+        s.set_attribute("gen_ai.retrieval.documents", documents(["good"]))
+    with r.tracer.start_as_current_span("chat", context=ctx) as g:
+        g.set_attribute("gen_ai.operation.name", "chat")
+        g.set_attribute("gen_ai.output.messages", output_messages("good"))
+    root.end()
+    assert wait_until(lambda: len(r.out.spans) == 3)
+    assert (retrieval(r.out).attributes or {})["ragtrace.context_recall.score"] == 1.0
+
+
+def test_not_sampled_is_forwarded_at_once_and_counted_per_trace(rig: Callable[..., Rig]) -> None:
+    r = rig(sampler=Sampler(rate=0.0))
+    ids = rag_trace(r.tracer) + rag_trace(r.tracer)
+    assert len(r.out.spans) == len(ids)  # synchronously, no worker involved
+    assert r.exported_once(ids)
+    assert r.proc.decisions == {"not_sampled": 2}
+    assert r.judge.calls == 0
+
+
+def test_non_rag_trace_is_counted(rig: Callable[..., Rig]) -> None:
+    r = rig()
+    ids = plain_trace(r.tracer, 4)
+    assert wait_until(lambda: len(r.out.spans) == len(ids))
+    assert r.exported_once(ids)
+    assert r.proc.decisions == {"not_rag": 1}
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "status", "error", "decision"),
+    [
+        ("error", "error", "rate_limited", "error"),
+        ("invalid", "error", "judge_invalid_output", "error"),
+        ("crash", "error", "judge_error", "error"),
+        ("timeout", "timeout", "judge_timeout", "timeout"),
+    ],
+)
+def test_judge_failures_cost_a_score_not_a_span(
+    rig: Callable[..., Rig], behaviour: str, status: str, error: str, decision: str
+) -> None:
+    r = rig()
+    ids = rag_trace(r.tracer, query=f"{behaviour}: q")
+    assert wait_until(lambda: len(r.out.spans) == len(ids))
+    assert r.exported_once(ids)
+    attrs = retrieval(r.out).attributes or {}
+    assert attrs["ragtrace.eval.status"] == status
+    assert attrs["ragtrace.eval.error"] == error
+    assert "ragtrace.context_precision.score" not in attrs
+    events = [e for e in retrieval(r.out).events if e.name == "gen_ai.evaluation.result"]
+    assert events and all(e.attributes["error.type"] == error for e in events)  # type: ignore[index]
+    assert r.proc.decisions == {decision: 2}
+
+
+def test_hanging_judge_is_cut_by_the_score_deadline(rig: Callable[..., Rig]) -> None:
+    r = rig(score_deadline=0.2)
+    ids = rag_trace(r.tracer, query="hang: q")
+    time.sleep(0.05)
+    assert len(r.out.spans) == 0  # held while scoring
+    assert wait_until(lambda: len(r.out.spans) == len(ids), timeout=3)
+    assert r.exported_once(ids)
+    attrs = retrieval(r.out).attributes or {}
+    assert attrs["ragtrace.eval.status"] == "timeout"
+    assert attrs["ragtrace.eval.error"] == "judge_timeout"
+    assert r.proc.decisions == {"timeout": 2}
+    assert r.proc.held_spans == 0
+
+
+@pytest.mark.parametrize("target", ["generation", "root"])
+def test_target_span(rig: Callable[..., Rig], target: str) -> None:
+    r = rig(target=target)
+    ids = rag_trace(r.tracer)
+    assert wait_until(lambda: len(r.out.spans) == len(ids))
+    name = {"generation": "chat", "root": "rag request"}[target]
+    (span,) = r.out.by_name(name)
+    assert (span.attributes or {})["ragtrace.eval.status"] == "scored"
+    assert "ragtrace.eval.status" not in (retrieval(r.out).attributes or {})
+
+
+def test_several_retrievals_each_scored(rig: Callable[..., Rig]) -> None:
+    r = rig()
+    ids = rag_trace(r.tracer, retrievals=3)
+    assert wait_until(lambda: len(r.out.spans) == len(ids))
+    assert r.exported_once(ids)
+    spans = r.out.by_name("retrieve")
+    assert len(spans) == 3
+    assert all((s.attributes or {})["ragtrace.eval.status"] == "scored" for s in spans)
+    assert r.proc.decisions == {"scored": 6}
+
+
+def test_link_mode_adds_evaluation_spans(rig: Callable[..., Rig]) -> None:
+    r = rig(mode="link")
+    ids = rag_trace(r.tracer)
+    assert len(r.out.spans) == len(ids)  # forwarded at once, unchanged
+    assert wait_until(lambda: len(r.out.spans) == len(ids) + 2)
+    assert r.exported_once([s.context.span_id for s in r.out.spans])  # type: ignore[union-attr]
+    target = retrieval(r.out)
+    assert not any(k.startswith("ragtrace.") for k in target.attributes or {})
+    evals = [s for s in r.out.spans if s.name.startswith("evaluation ")]
+    assert {s.name for s in evals} == {"evaluation context_precision", "evaluation context_relevance"}
+    for span in evals:
+        assert span.kind == SpanKind.INTERNAL
+        assert span.parent is not None and target.context is not None
+        assert span.parent.span_id == target.context.span_id
+        assert span.context is not None and span.context.trace_id == target.context.trace_id
+        assert len(span.links) == 1 and span.links[0].context.span_id == target.context.span_id
+        attrs = span.attributes or {}
+        assert attrs["openinference.span.kind"] == "EVALUATOR"
+        assert attrs["ragtrace.eval.status"] == "scored"
+        assert span.instrumentation_scope is not None and span.instrumentation_scope.name == "ragtrace"
+    (precision,) = [s for s in evals if s.name == "evaluation context_precision"]
+    assert (precision.attributes or {})["ragtrace.context_precision.score"] == 1.0
+
+
+def test_force_flush_forwards_open_traces_and_unfinished_scoring(rig: Callable[..., Rig]) -> None:
+    r = rig(score_deadline=60.0, max_trace_wait=60.0)
+    open_ids = rag_trace(r.tracer, end_root=False)  # root never ends
+    hang_ids = rag_trace(r.tracer, query="hang: q")
+    time.sleep(0.05)
+    assert r.out.spans == []
+    started = time.monotonic()
+    r.proc.force_flush(300)
+    assert time.monotonic() - started < 2.0
+    assert r.exported_once(open_ids[1:] + hang_ids)  # the open root itself has not ended
+    assert r.proc.held_spans == 0
+    assert r.out.flushes == 1
+    hang_span = [s for s in r.out.by_name("retrieve") if "hang" in str((s.attributes or {}).get(
+        "gen_ai.retrieval.query.text"))]
+    assert (hang_span[0].attributes or {})["ragtrace.eval.status"] == "timeout"
+
+
+def test_shutdown_is_idempotent_and_then_forwards_directly(rig: Callable[..., Rig]) -> None:
+    r = rig(score_deadline=0.3)
+    ids = rag_trace(r.tracer, query="hang: q")
+    r.proc.shutdown()
+    r.proc.shutdown()
+    assert r.out.shutdowns == 1
+    assert r.exported_once(ids)
+    late = rag_trace(r.tracer)
+    assert r.exported_once(ids + late)
+
+
+def test_held_span_overflow_is_forwarded_and_counted(rig: Callable[..., Rig]) -> None:
+    r = rig(ScriptedJudge(default="hang"), max_held_spans=8, score_deadline=60.0)
+    ids: list[int] = []
+    for _ in range(5):
+        ids += rag_trace(r.tracer)  # 4 spans each: the third trace no longer fits
+    assert r.proc.held_spans <= 8
+    assert r.proc.decisions.get("queue_full", 0) >= 1
+    r.proc.force_flush(200)
+    assert r.exported_once(ids)
+
+
+def test_open_trace_overflow_and_job_queue_overflow(rig: Callable[..., Rig]) -> None:
+    r = rig(ScriptedJudge(default="hang"), max_open_traces=2, max_queue=1, score_deadline=60.0)
+    ids: list[int] = []
+    for _ in range(3):
+        ids += rag_trace(r.tracer, end_root=False)
+    assert r.proc.open_traces == 2
+    assert r.proc.decisions.get("queue_full") == 1  # the third trace bypassed the store
+    r.proc.force_flush(300)
+    # two traces closed at flush, but only one job fits the queue
+    assert r.proc.decisions.get("queue_full") == 2
+    assert r.exported_once([i for i in ids if i in r.out.ids()])
+    assert r.proc.held_spans == 0
+
+
+def test_root_that_never_ends_is_closed_by_max_trace_wait(rig: Callable[..., Rig]) -> None:
+    r = rig(max_trace_wait=0.1)
+    ids = rag_trace(r.tracer, end_root=False)
+    assert wait_until(lambda: len(r.out.spans) == len(ids) - 1, timeout=3)
+    assert (retrieval(r.out).attributes or {})["ragtrace.eval.status"] == "scored"
+
+
+def test_throttled_and_over_budget(rig: Callable[..., Rig]) -> None:
+    r = rig(sampler=Sampler(rate=1.0, evaluations_per_minute=1))
+    rag_trace(r.tracer)
+    rag_trace(r.tracer)
+    assert wait_until(lambda: len(r.out.spans) == 8)
+    assert r.proc.decisions == {"scored": 2, "throttled": 1}
+    b = rig(sampler=Sampler(rate=1.0, daily_token_budget=0))
+    rag_trace(b.tracer)
+    assert wait_until(lambda: len(b.out.spans) == 4)
+    assert b.proc.decisions == {"over_budget": 1}
+
+
+def test_custom_scorers_and_reason_cap(rig: Callable[..., Rig]) -> None:
+    r = rig(scorers=[ContextPrecision()], reason_max_chars=10)
+    rag_trace(r.tracer)
+    assert wait_until(lambda: len(r.out.spans) == 4)
+    attrs = retrieval(r.out).attributes or {}
+    assert len(str(attrs["ragtrace.context_precision.reason"])) <= 10
+    assert "ragtrace.context_relevance.score" not in attrs
+
+
+class Exploding(SpanProcessor):
+    def on_start(self, span: object, parent_context: object = None) -> None:
+        raise RuntimeError("boom")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        raise RuntimeError("boom")
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        raise RuntimeError("boom")
+
+    def shutdown(self) -> None:
+        raise RuntimeError("boom")
+
+
+class BrokenSampler(Sampler):
+    def might_sample(self, trace_id: int) -> bool:
+        raise RuntimeError("boom")
+
+
+def test_nothing_raises_into_the_host() -> None:
+    proc = RagScoringSpanProcessor(Exploding(), judge=ScriptedJudge(), sampler=Sampler(rate=1.0))
+    provider = provider_with(proc)
+    rag_trace(provider.get_tracer("t"))
+    assert provider.force_flush(500) is False
+    provider.shutdown()
+    out = CountingProcessor()
+    proc2 = RagScoringSpanProcessor(out, judge=ScriptedJudge(), sampler=BrokenSampler(rate=1.0))
+    provider2 = provider_with(proc2)
+    ids = rag_trace(provider2.get_tracer("t"))
+    assert sorted(out.ids()) == sorted(ids)  # forwarded unscored
+    provider2.shutdown()
+
+
+def test_bad_options_are_rejected() -> None:
+    for bad in ({"mode": "both"}, {"target": "leaf"}, {"max_queue": 0}, {"score_deadline": 0}):
+        with pytest.raises(ValueError):
+            RagScoringSpanProcessor(CountingProcessor(), judge=ScriptedJudge(), **bad)  # type: ignore[arg-type]
