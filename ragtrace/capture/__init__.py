@@ -1,5 +1,16 @@
 """Capture: span conventions in, RagSamples out. Reads ReadableSpans; no I/O."""
 
+from ragtrace.capture.pairing import extract_samples
+from ragtrace.capture.readers import span_role
 from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor
+from ragtrace.capture.values import DEFAULT_LIMITS, CaptureLimits
 
-__all__ = ["CaptureStats", "CapturedSample", "Extractor"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "CaptureLimits",
+    "CaptureStats",
+    "CapturedSample",
+    "Extractor",
+    "extract_samples",
+    "span_role",
+]

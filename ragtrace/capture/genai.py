@@ -1,0 +1,146 @@
+"""OTel GenAI semantic conventions: `gen_ai.operation.name` retrieval and chat spans.
+
+Also reads the older flattened `gen_ai.prompt.{i}` / `gen_ai.completion.{i}` attributes, which
+OpenLLMetry and early GenAI instrumentations still write on LLM spans.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from ragtrace.capture.values import (
+    Attrs,
+    CaptureLimits,
+    GenerationReading,
+    RetrievalReading,
+    Skip,
+    as_id,
+    as_number,
+    as_text,
+    attrs_of,
+    content_text,
+    first_assistant_text,
+    indexed,
+    last_user_text,
+    messages_of,
+    parse_json,
+)
+from ragtrace.scoring import Document
+
+OPERATION = "gen_ai.operation.name"
+RETRIEVAL_OPERATIONS = frozenset({"retrieval", "retrieve"})
+GENERATION_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+DOCUMENTS = "gen_ai.retrieval.documents"
+QUERY = "gen_ai.retrieval.query.text"
+DATA_SOURCE = "gen_ai.data_source.id"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+# Where content goes when an instrumentation records it on an event rather than on the span.
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+CONTENT_KEYS = ("content", "text", "page_content", "document")
+
+
+def _attribute(span: ReadableSpan, attrs: Attrs, key: str) -> Any:
+    """The span attribute, else the same attribute on the GenAI details event."""
+    value = attrs.get(key)
+    if value is None:
+        for event in span.events or ():
+            if event.name == DETAILS_EVENT:
+                value = attrs_of(event).get(key)
+                if value is not None:
+                    break
+    return value
+
+
+def documents_from(items: list[Any], limits: CaptureLimits, notes: set[str]) -> list[Document]:
+    """`{id, score, content}` objects (or bare strings) to Documents, rank order kept, capped."""
+    if len(items) > limits.max_documents:
+        notes.add("too_many_documents")
+        items = items[: limits.max_documents]
+    documents: list[Document] = []
+    for item in items:
+        if isinstance(item, str):
+            documents.append(Document(content=item))
+            continue
+        if not isinstance(item, dict):
+            notes.add("invalid_document")
+            continue
+        content = next((item[k] for k in CONTENT_KEYS if isinstance(item.get(k), str)), None)
+        if content is None:
+            notes.add("document_without_content")
+            continue
+        documents.append(Document(content=content, id=as_id(item.get("id")), score=as_number(item.get("score"))))
+    return documents
+
+
+def read_retrieval(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> RetrievalReading:
+    raw = _attribute(span, attrs, DOCUMENTS)
+    items: list[Any] = []
+    if raw is None:
+        notes.add("no_documents")
+    elif isinstance(raw, str):
+        parsed = parse_json(raw, limits, "invalid_documents_json")
+        if isinstance(parsed, dict):  # tolerate {"documents": [...]}
+            parsed = parsed.get("documents")
+        if not isinstance(parsed, list):
+            raise Skip("invalid_documents_json")
+        items = parsed
+    elif isinstance(raw, tuple | list):  # a sequence of JSON objects, one per document
+        for entry in raw[: limits.max_documents + 1]:
+            try:
+                items.append(parse_json(entry, limits, "invalid_documents_json"))
+            except Skip:
+                items.append(entry)  # a plain string document
+        if len(raw) > limits.max_documents:
+            notes.add("too_many_documents")
+    else:
+        raise Skip("wrong_attribute_type")
+    query = _attribute(span, attrs, QUERY)
+    if query is not None and not isinstance(query, str):
+        notes.add("wrong_attribute_type")
+    source = attrs.get(DATA_SOURCE)
+    return RetrievalReading(
+        convention="genai",
+        retriever=source if isinstance(source, str) and source else span.name or "",
+        documents=documents_from(items, limits, notes),
+        query=as_text(query),
+    )
+
+
+def _messages(span: ReadableSpan, attrs: Attrs, key: str, limits: CaptureLimits, notes: set[str]) -> list[Any]:
+    raw = _attribute(span, attrs, key)
+    if raw is None:
+        return []
+    try:
+        return messages_of(parse_json(raw, limits, "invalid_messages_json"))
+    except Skip as skip:
+        notes.add(skip.reason)
+        return []
+
+
+def _flattened(attrs: Attrs, prefix: str) -> list[dict[str, Any]]:
+    """Older `gen_ai.prompt.{i}.role/.content` attributes as message dicts."""
+    return [
+        {"role": group.get("role", "user" if prefix.endswith("prompt.") else "assistant"),
+         "content": group.get("content")}
+        for group in indexed(attrs, prefix)
+    ]
+
+
+def user_message(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> str | None:
+    found = last_user_text(_messages(span, attrs, INPUT_MESSAGES, limits, notes))
+    if found is None:
+        found = last_user_text(_flattened(attrs, "gen_ai.prompt."))
+    return found
+
+
+def read_generation(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> GenerationReading:
+    response = first_assistant_text(_messages(span, attrs, OUTPUT_MESSAGES, limits, notes))
+    if response is None:
+        for group in indexed(attrs, "gen_ai.completion."):
+            response = content_text(group.get("content"))
+            if response is not None:
+                break
+    return GenerationReading(response=response or "", user_message=user_message(span, attrs, limits, notes))

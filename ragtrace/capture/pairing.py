@@ -1,0 +1,318 @@
+"""One trace's spans in, one CapturedSample per retrieval span out.
+
+Pairing rule (attributes.md): the generation that consumed a retrieval is the first generation span of
+the trace that starts at or after the retrieval ended, preferring one under the same parent. We read
+"under the same parent" as "closest in the tree": candidates are ranked by how far up from the
+retrieval their nearest common ancestor is (a sibling, sharing the parent, is nearest), then by start
+time. For flat traces this is exactly the rule; for nested frameworks (LangChain puts the retriever
+under a RunnableParallel and the LLM under the RunnableSequence above it) it still keeps two
+concurrent RAG chains of one trace apart.
+
+The query is the retrieval's own, else the last user message of the paired generation, else the trace
+root's input. A retrieval with no generation is still a sample (empty response).
+
+Custom extractor: when given, it runs first; if it returns samples, they are the answer for the trace.
+If it raises (counted `extractor_error`) or returns nothing, the built-in readers run, so an extractor
+only needs to know the app's own span shapes and a bug in it never costs a standard sample.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from ragtrace.capture import readers
+from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor
+from ragtrace.capture.values import (
+    DEFAULT_LIMITS,
+    CaptureLimits,
+    GenerationReading,
+    RetrievalReading,
+    Skip,
+    attrs_of,
+    cut,
+)
+from ragtrace.scoring import Document, RagSample
+
+GROUND_TRUTH = "ragtrace.ground_truth"
+
+
+@dataclass
+class _Node:
+    span: ReadableSpan
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    start: int | None
+    end: int | None
+    role: str | None = None
+    shape: str = ""
+    order: int = 0
+    ancestors: list[int] = field(default_factory=list)
+
+    @property
+    def sort_key(self) -> tuple[int, int, int]:
+        return (self.start if self.start is not None else 0, self.order, self.span_id)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _node(span: ReadableSpan, order: int) -> _Node | None:
+    context = getattr(span, "context", None)
+    trace_id = _int_or_none(getattr(context, "trace_id", None))
+    span_id = _int_or_none(getattr(context, "span_id", None))
+    if trace_id is None or span_id is None:
+        return None
+    parent = getattr(span, "parent", None)
+    return _Node(
+        span=span,
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_id=_int_or_none(getattr(parent, "span_id", None)) if parent is not None else None,
+        start=_int_or_none(getattr(span, "start_time", None)),
+        end=_int_or_none(getattr(span, "end_time", None)),
+        order=order,
+    )
+
+
+class _Trace:
+    """The spans of one trace, indexed for pairing."""
+
+    def __init__(self, nodes: list[_Node]) -> None:
+        self.nodes = nodes
+        self.by_id = {n.span_id: n for n in nodes}
+        self.root = self._root()
+        self.generations = [n for n in nodes if n.role == "generation"]
+        self._generation_readings: dict[int, GenerationReading] = {}
+
+    def _root(self) -> _Node | None:
+        """The span with no parent; else the earliest whose parent is not in this batch (a local root)."""
+        parentless = [n for n in self.nodes if n.parent_id is None]
+        pool = parentless or [n for n in self.nodes if n.parent_id not in self.by_id]
+        return min(pool, key=lambda n: n.sort_key) if pool else None
+
+    def ancestors(self, node: _Node) -> list[int]:
+        """Span ids from the parent up; stops at a missing parent or a cycle."""
+        chain: list[int] = []
+        seen = {node.span_id}
+        parent = node.parent_id
+        while parent is not None and parent not in seen and len(chain) < len(self.nodes):
+            chain.append(parent)
+            seen.add(parent)
+            above = self.by_id.get(parent)
+            parent = above.parent_id if above is not None else None
+        return chain
+
+    def pair(self, retrieval: _Node) -> _Node | None:
+        ended = retrieval.end if retrieval.end is not None else retrieval.start
+        if ended is None:
+            return None
+        candidates = [
+            g for g in self.generations
+            if g.start is not None and g.start >= ended and g.span_id != retrieval.span_id
+        ]
+        if not candidates:
+            return None
+        mine = {span_id: up for up, span_id in enumerate(self.ancestors(retrieval), start=1)}
+
+        def distance(g: _Node) -> float:
+            for span_id in [g.span_id, *self.ancestors(g)]:
+                if span_id == retrieval.span_id:
+                    return 0
+                if span_id in mine:
+                    return mine[span_id]
+            return math.inf
+
+        return min(candidates, key=lambda g: (distance(g), g.sort_key))
+
+    def generation(self, node: _Node, limits: CaptureLimits, notes: set[str]) -> GenerationReading:
+        cached = self._generation_readings.get(node.span_id)
+        if cached is None:
+            try:
+                cached = readers.read_generation(node.span, node.shape, limits, notes)
+            except Exception:
+                notes.add("reader_error")
+                cached = GenerationReading()
+            self._generation_readings[node.span_id] = cached
+        return cached
+
+    def ground_truth(self, preferred: Sequence[_Node | None], notes: set[str]) -> str | None:
+        """`ragtrace.ground_truth` from the retrieval, its generation, the root, then any span."""
+        order = [n for n in preferred if n is not None] + sorted(self.nodes, key=lambda n: n.sort_key)
+        for node in order:
+            value = attrs_of(node.span).get(GROUND_TRUTH)
+            if value is None:
+                continue
+            if isinstance(value, str) and value.strip():
+                return value
+            notes.add("wrong_attribute_type")
+        return None
+
+
+def _group(spans: Sequence[ReadableSpan], stats: CaptureStats) -> dict[int, list[_Node]]:
+    traces: dict[int, list[_Node]] = {}
+    seen: set[tuple[int, int]] = set()
+    for order, span in enumerate(spans):
+        try:
+            node = _node(span, order)
+        except Exception:
+            node = None
+        if node is None:
+            stats.count("invalid_span")
+            continue
+        if (node.trace_id, node.span_id) in seen:
+            stats.count("duplicate_span_id")
+            continue
+        seen.add((node.trace_id, node.span_id))
+        try:
+            found = readers.classify(span)
+        except Exception:
+            found = None
+            stats.count("reader_error")
+        if found is not None:
+            node.role, _, node.shape = found
+        traces.setdefault(node.trace_id, []).append(node)
+    return traces
+
+
+def _bounded_documents(documents: Sequence[Document], limits: CaptureLimits, notes: set[str]) -> list[Document]:
+    if len(documents) > limits.max_documents:
+        notes.add("too_many_documents")
+        documents = documents[: limits.max_documents]
+    bounded = []
+    for document in documents:
+        content = cut(document.content, limits.max_context_chars, notes, "context_truncated")
+        bounded.append(document if content is document.content else document.model_copy(update={"content": content}))
+    return bounded
+
+
+def _sample(
+    trace: _Trace, node: _Node, reading: RetrievalReading, limits: CaptureLimits, notes: set[str]
+) -> CapturedSample | None:
+    generation = trace.pair(node)
+    generated = trace.generation(generation, limits, notes) if generation is not None else GenerationReading()
+    query, source = reading.query, "retrieval"
+    if query is None:
+        query, source = generated.user_message, "generation"
+    if query is None and trace.root is not None:
+        try:
+            query, source = readers.read_input(trace.root.span, limits, notes), "root"
+        except Exception:
+            notes.add("reader_error")
+    if query is None:
+        raise Skip("no_query")
+    ground_truth = trace.ground_truth([node, generation, trace.root], notes)
+    metadata: dict[str, Any] = {"query_source": source}
+    if any(d is not None for d in reading.distances):
+        metadata["distances"] = reading.distances[: limits.max_documents]
+    sample = RagSample(
+        query=cut(query, limits.max_query_chars, notes, "query_truncated"),
+        contexts=tuple(_bounded_documents(reading.documents, limits, notes)),
+        response=cut(generated.response, limits.max_response_chars, notes, "response_truncated"),
+        ground_truth=(
+            cut(ground_truth, limits.max_response_chars, notes, "ground_truth_truncated")
+            if ground_truth is not None else None
+        ),
+        metadata=metadata,
+    )
+    return CapturedSample(
+        sample=sample,
+        trace_id=node.trace_id,
+        retrieval_span_id=node.span_id,
+        generation_span_id=generation.span_id if generation is not None else None,
+        root_span_id=trace.root.span_id if trace.root is not None else None,
+        convention=reading.convention,
+        retriever=cut(reading.retriever, 128, set(), ""),
+    )
+
+
+def _builtin(spans: Sequence[ReadableSpan], stats: CaptureStats, limits: CaptureLimits) -> list[CapturedSample]:
+    samples: list[CapturedSample] = []
+    for nodes in _group(spans, stats).values():
+        trace = _Trace(nodes)
+        for node in sorted((n for n in nodes if n.role == "retrieval"), key=lambda n: n.sort_key):
+            notes: set[str] = set()
+            try:
+                reading = readers.read_retrieval(node.span, node.shape, limits, notes)
+                if not reading.documents and reading.explicit:
+                    notes.add("no_documents")
+                captured = _sample(trace, node, reading, limits, notes)
+            except Skip as skip:
+                notes.add(skip.reason)
+                captured = None
+            except Exception:
+                notes.add("reader_error")
+                captured = None
+            for reason in notes:
+                stats.count(reason)
+            if captured is not None:
+                samples.append(captured)
+    return samples
+
+
+def _bounded_custom(captured: CapturedSample, limits: CaptureLimits, notes: set[str]) -> CapturedSample:
+    """Apply the same caps to an extractor's samples, so memory stays bounded whoever built them."""
+    sample = captured.sample
+    bounded = sample.model_copy(
+        update={
+            "query": cut(sample.query, limits.max_query_chars, notes, "query_truncated"),
+            "contexts": tuple(_bounded_documents(sample.contexts, limits, notes)),
+            "response": cut(sample.response, limits.max_response_chars, notes, "response_truncated"),
+        }
+    )
+    return captured if not notes else CapturedSample(**{**captured.__dict__, "sample": bounded})
+
+
+def _custom(
+    extractor: Extractor, spans: Sequence[ReadableSpan], stats: CaptureStats, limits: CaptureLimits
+) -> list[CapturedSample]:
+    try:
+        produced = list(extractor(spans))
+    except Exception:
+        stats.count("extractor_error")
+        return []
+    samples = []
+    for item in produced:
+        if not isinstance(item, CapturedSample) or not isinstance(item.sample, RagSample):
+            stats.count("extractor_invalid_output")
+            continue
+        notes: set[str] = set()
+        try:
+            samples.append(_bounded_custom(item, limits, notes))
+        except Exception:
+            notes.add("extractor_invalid_output")
+        for reason in notes:
+            stats.count(reason)
+    return samples
+
+
+def extract_samples(
+    spans: Sequence[ReadableSpan],
+    *,
+    extractor: Extractor | None = None,
+    stats: CaptureStats | None = None,
+    limits: CaptureLimits = DEFAULT_LIMITS,
+) -> list[CapturedSample]:
+    """All ended spans of one trace (any order) in; one CapturedSample per retrieval span out.
+
+    Never raises: a span that cannot be read is passed over and `stats` counts why
+    (`invalid_documents_json`, `wrong_attribute_type`, `no_query`, `too_many_documents`, ...).
+    Samples come out in the order their retrievals started.
+    """
+    stats = stats if stats is not None else CaptureStats()
+    try:
+        spans = list(spans)
+        if extractor is not None:
+            custom = _custom(extractor, spans, stats, limits)
+            if custom:
+                return custom
+        return _builtin(spans, stats, limits)
+    except Exception:  # a last guard: nothing above should get here
+        stats.count("capture_error")
+        return []

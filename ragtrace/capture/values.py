@@ -1,0 +1,282 @@
+"""Defensive reading of span attribute values: text, JSON, numbers, flattened lists, chat messages.
+
+Everything in a span is untrusted: any key may hold any type, any JSON may be broken or huge, any
+string may hold lone surrogates. Helpers here return None (or raise `Skip` with a counted reason)
+instead of letting a bad value escape as an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragtrace.scoring import Document
+
+Attrs = Mapping[str, Any]
+_NO_ATTRS: Attrs = {}
+_MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class CaptureLimits:
+    """Caps that keep one sample small whatever a span holds; every cut is counted, never silent."""
+
+    max_documents: int = 100
+    max_context_chars: int = 8_000
+    max_query_chars: int = 4_000
+    max_response_chars: int = 16_000
+    # JSON attributes longer than this are not parsed at all: a bound on the worker's time per span.
+    max_json_chars: int = 4_000_000
+
+
+DEFAULT_LIMITS = CaptureLimits()
+
+
+class Skip(Exception):
+    """Raised by a reader to pass a span over; `reason` goes to the decision counter."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class RetrievalReading:
+    """What one retrieval span says on its own, before pairing."""
+
+    convention: str
+    retriever: str
+    documents: list[Document] = field(default_factory=list)
+    query: str | None = None
+    # Heuristically recognised spans (vector-DB clients, OpenLLMetry tasks) with no documents are dropped.
+    explicit: bool = True
+    distances: list[float | None] = field(default_factory=list)
+
+
+@dataclass
+class GenerationReading:
+    """What a generation span says: its answer and the last thing the user asked it."""
+
+    response: str = ""
+    user_message: str | None = None
+
+
+def attrs_of(obj: Any) -> Attrs:
+    """A span's or event's attributes as a mapping; an empty one when missing or odd."""
+    value = getattr(obj, "attributes", None)
+    return value if isinstance(value, Mapping) else _NO_ATTRS
+
+
+def clean(text: str) -> str:
+    """Replace lone surrogates and other unencodable code points, so pydantic and JSON accept the text."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def cut(text: str, limit: int, notes: set[str], reason: str) -> str:
+    """Clean and cap `text` at `limit` characters, noting `reason` when something was cut."""
+    if limit >= 0 and len(text) > limit:
+        notes.add(reason)
+        text = text[:limit]
+    return clean(text)
+
+
+def as_text(value: Any) -> str | None:
+    """A non-blank string, or None."""
+    if isinstance(value, str) and value.strip():
+        return value
+    return None
+
+
+def as_number(value: Any) -> float | None:
+    """A finite float from a number or numeric string; bools and NaN are not scores."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def as_id(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str | int | float):
+        return clean(str(value))[:512]
+    return None
+
+
+def parse_json(value: Any, limits: CaptureLimits, reason: str) -> Any:
+    """Parse a JSON string attribute; raise Skip(reason) when it is not valid JSON or too big to parse."""
+    if not isinstance(value, str):
+        raise Skip("wrong_attribute_type")
+    if len(value) > limits.max_json_chars:
+        raise Skip("attribute_too_large")
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        raise Skip(reason) from exc
+
+
+def maybe_json(value: str, limits: CaptureLimits) -> Any:
+    """Parse `value` when it looks like a JSON object or list; otherwise (or when broken) return it as is."""
+    head = value.lstrip()[:1]
+    if head not in ("{", "[") or len(value) > limits.max_json_chars:
+        return value
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+
+
+def indexed(attrs: Attrs, prefix: str) -> list[dict[str, Any]]:
+    """Group flattened list attributes (`prefix{i}.rest`) into one dict per index, in index order.
+
+    Scans keys rather than probing 0, 1, 2... so a gap or an out-of-order index loses nothing.
+    """
+    groups: dict[int, dict[str, Any]] = {}
+    for key, value in attrs.items():
+        if not isinstance(key, str) or not key.startswith(prefix):
+            continue
+        index, dot, rest = key[len(prefix) :].partition(".")
+        if not dot or not index.isdigit() or len(index) > 9:
+            continue
+        groups.setdefault(int(index), {})[rest] = value
+    return [groups[i] for i in sorted(groups)]
+
+
+def content_text(content: Any, depth: int = 0) -> str | None:
+    """Text of a message content: a string, or a list of parts ({type: text, content|text: ...})."""
+    if isinstance(content, str):
+        return content
+    if depth > 2:
+        return None
+    if isinstance(content, dict):
+        if content.get("type", "text") not in ("text", "output_text", "input_text"):
+            return None
+        for key in ("content", "text", "value"):
+            text = content_text(content.get(key), depth + 1)
+            if text is not None:
+                return text
+        return None
+    if isinstance(content, list):
+        texts = [t for t in (content_text(part, depth + 1) for part in content[:1000]) if t is not None]
+        return "".join(texts) if texts else None
+    return None
+
+
+def message_text(message: Any) -> str | None:
+    """Text of one chat message: GenAI `parts`, or an OpenAI-style `content`."""
+    if not isinstance(message, dict):
+        return None
+    if "parts" in message:
+        return content_text(message["parts"])
+    if "content" in message:
+        return content_text(message["content"])
+    return content_text(message.get("text"))
+
+
+def messages_of(parsed: Any) -> list[Any]:
+    """The message list of a parsed messages attribute (a list, or an object holding `messages`)."""
+    if isinstance(parsed, dict):
+        parsed = parsed.get("messages")
+    return parsed if isinstance(parsed, list) else []
+
+
+def last_user_text(messages: Iterable[Any]) -> str | None:
+    last: str | None = None
+    for message in messages:
+        if isinstance(message, dict) and str(message.get("role", "")).lower() in ("user", "human"):
+            text = as_text(message_text(message))
+            if text is not None:
+                last = text
+    return last
+
+
+def first_assistant_text(messages: Iterable[Any]) -> str | None:
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = str(message.get("role", "assistant")).lower()
+        if role in ("assistant", "ai", "model", "bot"):
+            text = message_text(message)
+            if text is not None:
+                return text
+    return None
+
+
+# Keys under which JSON inputs carry the user's question, best first.
+_QUERY_KEYS = (
+    "query", "question", "query_str", "query_text", "input", "q", "text", "prompt", "user_input",
+    "message", "messages", "inputs", "args", "kwargs",
+)
+
+
+def query_from(value: Any, depth: int = 0) -> str | None:
+    """Find the user's question in a (parsed) input value: a string, or a JSON object holding one."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(value, str):
+        return as_text(value)
+    if isinstance(value, dict):
+        for key in _QUERY_KEYS:
+            if key not in value:
+                continue
+            found = (
+                last_user_text(messages_of(value[key])) if key == "messages" else query_from(value[key], depth + 1)
+            )
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, list):
+        if value and all(isinstance(m, dict) and "role" in m for m in value[:20]):
+            return last_user_text(value)
+        for item in value[:20]:
+            found = query_from(item, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def response_from(value: Any, depth: int = 0) -> str | None:
+    """Find a model's answer in a (parsed) output value: a string, or a known response object shape."""
+    if depth > _MAX_DEPTH:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        choices = value.get("choices")
+        if isinstance(choices, list) and choices:
+            first = choices[0]
+            if isinstance(first, dict):
+                found = message_text(first.get("message")) or as_text(first.get("text"))
+                if found is not None:
+                    return found
+        generations = value.get("generations")  # LangChain LLMResult
+        if isinstance(generations, list) and generations:
+            found = response_from(generations[0], depth + 1)
+            if found is not None:
+                return found
+        for key in ("content", "text", "output", "outputs", "answer", "result", "response", "message"):
+            if key in value:
+                found = response_from(value[key], depth + 1)
+                if found is not None:
+                    return found
+        return None
+    if isinstance(value, list) and value:
+        if isinstance(value[0], dict) and ("role" in value[0] or "parts" in value[0]):
+            return first_assistant_text(value)
+        return response_from(value[0], depth + 1)
+    return None

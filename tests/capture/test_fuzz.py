@@ -1,0 +1,105 @@
+"""Arbitrary attributes and events on real SDK spans: readers and span_role never raise, outputs are valid."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import set_span_in_context
+
+from ragtrace.capture import CapturedSample, CaptureLimits, CaptureStats, extract_samples, span_role
+from ragtrace.scoring import RagSample
+
+KEYS = [
+    "gen_ai.operation.name", "gen_ai.retrieval.documents", "gen_ai.retrieval.query.text", "gen_ai.input.messages",
+    "gen_ai.output.messages", "gen_ai.prompt.0.role", "gen_ai.prompt.0.content", "gen_ai.completion.0.content",
+    "gen_ai.data_source.id", "openinference.span.kind", "input.value", "output.value",
+    "retrieval.documents.0.document.content", "retrieval.documents.1.document.content",
+    "retrieval.documents.0.document.score", "retrieval.documents.0.document.id",
+    "llm.input_messages.0.message.role", "llm.input_messages.0.message.content",
+    "llm.output_messages.0.message.content", "llm.output_messages.0.message.contents.0.message_content.text",
+    "traceloop.span.kind", "traceloop.entity.name", "traceloop.entity.input", "traceloop.entity.output",
+    "db.system", "db.operation", "llm.request.type", "ragtrace.ground_truth",
+]
+EVENT_KEYS = ["db.query.result.document", "db.query.result.id", "db.query.result.score",
+              "db.query.result.distance", "db.query.result.metadata", "gen_ai.output.messages"]
+ROLE_WORDS = ["retrieval", "chat", "RETRIEVER", "LLM", "task", "tool", "chroma", "query", "user", "assistant",
+              "retriever", "page_content"]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.sampled_from(ROLE_WORDS),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from(["id", "score", "content", "role", "parts", "type", "text", "page_content",
+                                       "kwargs", "documents", "query", "inputs", "outputs", "choices", "message"]),
+                      inner, max_size=4),
+    max_leaves=6,
+)
+scalars = (
+    st.text(max_size=30) | st.sampled_from(ROLE_WORDS) | st.integers() | st.floats(allow_nan=True)
+    | st.booleans() | json_values.map(json.dumps)
+)
+values = scalars | st.lists(st.text(max_size=10), max_size=3) | st.lists(st.integers(), max_size=3)
+# A role marker makes most spans reach a reader; the rest of the attributes are arbitrary.
+MARKERS: list[dict[str, Any]] = [
+    {}, {"gen_ai.operation.name": "retrieval"}, {"gen_ai.operation.name": "chat"},
+    {"openinference.span.kind": "RETRIEVER"}, {"openinference.span.kind": "LLM"},
+    {"traceloop.span.kind": "task", "traceloop.entity.name": "retriever"}, {"llm.request.type": "chat"},
+    {"db.system": "chroma", "db.operation": "query"},
+]
+attr_dicts = st.builds(
+    lambda marker, rest: {**rest, **marker},
+    st.sampled_from(MARKERS),
+    st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), values, max_size=5),
+)
+event_lists = st.lists(
+    st.tuples(st.sampled_from(["db.query.result", "gen_ai.client.inference.operation.details", "other"]),
+              st.dictionaries(st.sampled_from(EVENT_KEYS), values, max_size=4)),
+    max_size=3,
+)
+span_specs = st.lists(
+    st.tuples(attr_dicts, event_lists, st.integers(0, 20), st.integers(0, 5), st.integers(-1, 5)),
+    min_size=1, max_size=5,
+)
+
+_exporter = InMemorySpanExporter()
+_provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=1_000))
+_provider.add_span_processor(SimpleSpanProcessor(_exporter))
+_tracer = _provider.get_tracer("fuzz")
+_LIMITS = CaptureLimits(max_documents=3, max_context_chars=10, max_query_chars=10, max_response_chars=10)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(span_specs)
+def test_arbitrary_spans_never_raise(specs: list[tuple[dict[str, Any], list[Any], int, int, int]]) -> None:
+    _exporter.clear()
+    made: list[Any] = []
+    for attrs, events, start, duration, parent_index in specs:
+        parent = made[parent_index] if 0 <= parent_index < len(made) else None
+        context = set_span_in_context(parent) if parent is not None else Context()
+        span = _tracer.start_span("s", context=context, attributes=attrs, start_time=start)
+        for name, event_attrs in events:
+            span.add_event(name, event_attrs)
+        span.end(end_time=start + duration)
+        made.append(span)
+    spans = list(_exporter.get_finished_spans())
+    for span in spans:
+        assert span_role(span) in (None, "retrieval", "generation")
+    stats = CaptureStats()
+    samples = extract_samples(spans, stats=stats, limits=_LIMITS)
+    retrievals = sum(1 for s in spans if span_role(s) == "retrieval")
+    assert len(samples) <= retrievals
+    for captured in samples:
+        assert isinstance(captured, CapturedSample)
+        assert isinstance(captured.sample, RagSample)
+        sample = captured.sample
+        assert len(sample.contexts) <= 3
+        assert len(sample.query) <= 10 and len(sample.response) <= 10
+        assert all(len(c) <= 10 for c in sample.context_texts)
+        json.loads(sample.model_dump_json())  # serialisable: no lone surrogates, no NaN scores
+    assert "capture_error" not in stats.counts and "reader_error" not in stats.counts
