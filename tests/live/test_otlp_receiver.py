@@ -213,6 +213,17 @@ def test_wait_for_predicate_and_timeouts(otlp_receiver: OtlpReceiver) -> None:
         otlp_receiver.wait_for_spans(1, timeout=0.05)
     with pytest.raises(TimeoutError, match="nothing"):
         otlp_receiver.wait_for_metric("nothing", timeout=0.05)
+    _emit_metrics(GrpcMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True))
+    found = otlp_receiver.wait_for_metric(
+        "ragtrace.evaluation.decisions", predicate=lambda m: m.point_where({"decision": "scored"}) is not None
+    )
+    assert found.point_where({"decision": "scored"}).value == 2  # type: ignore[union-attr]
+    with pytest.raises(TimeoutError, match=r"ragtrace\.evaluation\.decisions"):
+        otlp_receiver.wait_for_metric(
+            "ragtrace.evaluation.decisions",
+            timeout=0.05,
+            predicate=lambda m: m.point_where({"decision": "x"}) is not None,
+        )
     _emit_trace(GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True))
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "retrieve" for s in got))
     assert "retrieve" in {s.name for s in spans}

@@ -128,6 +128,7 @@ def luhn_complete(prefix: str) -> str:
 words = st.text(alphabet="abcdefghij ,.", max_size=20).map(lambda s: f" {s} ")
 
 
+@settings(max_examples=60)
 @given(st.from_regex(r"4[0-9]{14}", fullmatch=True), words, words)
 def test_any_valid_visa_number_is_redacted(prefix: str, before: str, after: str) -> None:
     number = luhn_complete(prefix)
@@ -139,6 +140,7 @@ local = st.from_regex(r"[a-z0-9][a-z0-9._+]{0,15}", fullmatch=True)
 domain = st.from_regex(r"[a-z0-9]{1,10}(\.[a-z0-9]{1,10}){0,2}\.[a-z]{2,6}", fullmatch=True)
 
 
+@settings(max_examples=60)
 @given(local, domain, words, words)
 def test_any_plain_email_is_redacted(user: str, host: str, before: str, after: str) -> None:
     address = f"{user}@{host}"

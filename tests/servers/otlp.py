@@ -538,13 +538,23 @@ class OtlpReceiver:
             names = [s.name for s in self._spans]
         raise TimeoutError(f"spans not received within {timeout}s; got {len(names)}: {names}")
 
-    def wait_for_metric(self, name: str, timeout: float = 10.0) -> ReceivedMetric:
-        """Block until a metric called `name` arrived; returns the latest one received."""
+    def wait_for_metric(
+        self,
+        name: str,
+        timeout: float = 10.0,
+        *,
+        predicate: Callable[[ReceivedMetric], bool] | None = None,
+    ) -> ReceivedMetric:
+        """Block until a metric called `name` (and satisfying `predicate`, if given) arrived; the latest wins.
+
+        With periodic cumulative export, `predicate` waits for a value, e.g.
+        `predicate=lambda m: m.point_where({"decision": "scored"}) is not None`.
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
                 for metric in reversed(self._metrics):
-                    if metric.name == name:
+                    if metric.name == name and (predicate is None or predicate(metric)):
                         return metric
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
