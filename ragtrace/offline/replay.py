@@ -1,0 +1,330 @@
+"""Replay exported traces: OTLP (JSON lines or protobuf) -> SDK ReadableSpans -> the live capture code.
+
+The point of going through `ReadableSpan` rather than reading OTLP directly is that replayed traffic meets
+exactly the capture code the live processor runs, so a replay scores what production would have scored.
+
+Accepted inputs:
+- the OpenTelemetry Collector `file` exporter's JSON: one `ExportTraceServiceRequest` per line, protobuf
+  JSON mapping; trace and span ids may be hex (the OTLP/JSON rule) or base64 (protobuf's own mapping);
+- protobuf: one message, or several each prefixed by a varint length or by a 4-byte big-endian length
+  (the collector's `proto` format).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+
+from ragtrace.capture import CaptureStats, extract_samples
+from ragtrace.offline.dataset import MAX_LINE_BYTES, DatasetError, read_lines
+from ragtrace.scoring import RagSample
+
+_KINDS = {
+    1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER,
+}
+_STATUS = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
+_REMOTE_KNOWN, _REMOTE = 0x100, 0x200
+
+
+class ReplayError(ValueError):
+    """An export file that cannot be read; the message names the file and line or byte offset."""
+
+
+@dataclass(frozen=True)
+class ReplayedSample:
+    """A captured sample with the trace it came from; `key` pairs it across runs (resume, compare)."""
+
+    sample: RagSample
+    trace_id: int
+    span_id: int
+    generation_span_id: int | None
+    start_time_unix_nano: int | None
+    convention: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.trace_id:032x}/{self.span_id:016x}"
+
+    def record_fields(self) -> dict[str, Any]:
+        return {
+            "trace_id": f"{self.trace_id:032x}",
+            "span_id": f"{self.span_id:016x}",
+            "start_time_unix_nano": self.start_time_unix_nano,
+            "convention": self.convention,
+        }
+
+
+@dataclass
+class Replay:
+    samples: list[ReplayedSample]
+    spans: int
+    traces: int
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- OTLP -> ReadableSpan
+
+
+def any_value(value: AnyValue) -> Any:
+    """An OTLP AnyValue as the Python value the SDK would have held."""
+    kind = value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "array_value":
+        return tuple(any_value(v) for v in value.array_value.values)
+    if kind == "kvlist_value":
+        return attributes(value.kvlist_value.values)
+    return getattr(value, kind)
+
+
+def attributes(values: Sequence[KeyValue]) -> dict[str, Any]:
+    return {kv.key: any_value(kv.value) for kv in values}
+
+
+def _int_id(raw: bytes) -> int | None:
+    return int.from_bytes(raw, "big") if raw and any(raw) else None
+
+
+def spans_of(request: ExportTraceServiceRequest) -> Iterator[ReadableSpan]:
+    """Every span of a request as an SDK ReadableSpan (attributes, events, links, parent, times, resource)."""
+    for resource_spans in request.resource_spans:
+        resource = Resource(attributes(resource_spans.resource.attributes), resource_spans.schema_url)
+        for scope_spans in resource_spans.scope_spans:
+            scope = InstrumentationScope(
+                scope_spans.scope.name, scope_spans.scope.version or None, scope_spans.schema_url or None,
+                attributes(scope_spans.scope.attributes) or None,
+            )
+            for span in scope_spans.spans:
+                trace_id, span_id = _int_id(span.trace_id), _int_id(span.span_id)
+                if trace_id is None or span_id is None:
+                    continue
+                flags = TraceFlags(span.flags & 0xFF)
+                state = TraceState.from_header([span.trace_state]) if span.trace_state else None
+                context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags, trace_state=state)
+                parent_id = _int_id(span.parent_span_id)
+                remote = bool(span.flags & _REMOTE_KNOWN and span.flags & _REMOTE)
+                parent = SpanContext(trace_id, parent_id, is_remote=remote) if parent_id is not None else None
+                links = [
+                    Link(SpanContext(t, s, is_remote=True), attributes(link.attributes))
+                    for link in span.links
+                    if (t := _int_id(link.trace_id)) is not None and (s := _int_id(link.span_id)) is not None
+                ]
+                yield ReadableSpan(
+                    name=span.name,
+                    context=context,
+                    parent=parent,
+                    resource=resource,
+                    attributes=attributes(span.attributes),
+                    events=[
+                        Event(e.name, attributes(e.attributes), e.time_unix_nano or None) for e in span.events
+                    ],
+                    links=links,
+                    kind=_KINDS.get(span.kind, SpanKind.INTERNAL),
+                    status=Status(_STATUS.get(span.status.code, StatusCode.UNSET), span.status.message or None),
+                    start_time=span.start_time_unix_nano or None,
+                    end_time=span.end_time_unix_nano or None,
+                    instrumentation_scope=scope,
+                )
+
+
+# ---------------------------------------------------------------- reading files
+
+
+def _hex_to_base64(value: Any, hex_length: int) -> Any:
+    if isinstance(value, str) and len(value) == hex_length:
+        try:
+            return base64.b64encode(bytes.fromhex(value)).decode()
+        except ValueError:
+            return value
+    return value
+
+
+def _normalise_ids(document: Any) -> Any:
+    """OTLP/JSON writes ids as hex; protobuf's JSON mapping wants base64. The lengths tell them apart."""
+    if not isinstance(document, dict):
+        return document
+    for resource_spans in document.get("resourceSpans", document.get("resource_spans", [])) or []:
+        if not isinstance(resource_spans, dict):
+            continue
+        for scope_spans in resource_spans.get("scopeSpans", resource_spans.get("scope_spans", [])) or []:
+            if not isinstance(scope_spans, dict):
+                continue
+            for span in scope_spans.get("spans", []) or []:
+                if not isinstance(span, dict):
+                    continue
+                items = [span, *[link for link in span.get("links", []) or [] if isinstance(link, dict)]]
+                for item in items:
+                    for key, length in (("traceId", 32), ("trace_id", 32), ("spanId", 16), ("span_id", 16),
+                                        ("parentSpanId", 16), ("parent_span_id", 16)):
+                        if key in item:
+                            item[key] = _hex_to_base64(item[key], length)
+    return document
+
+
+def parse_json_line(text: str) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    json_format.ParseDict(_normalise_ids(json.loads(text)), request, ignore_unknown_fields=True)
+    return request
+
+
+def read_json(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[ExportTraceServiceRequest]:
+    try:
+        for number, text in read_lines(path, max_line_bytes):
+            if not text.strip():
+                continue
+            try:
+                yield parse_json_line(text)
+            except json.JSONDecodeError as exc:
+                raise ReplayError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except (json_format.ParseError, ValueError, TypeError) as exc:
+                raise ReplayError(f"{path}:{number}: not an OTLP ExportTraceServiceRequest ({exc})") from None
+    except DatasetError as exc:
+        raise ReplayError(str(exc)) from None
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ValueError("truncated length prefix")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _framed(data: bytes, big_endian: bool, max_message: int) -> list[ExportTraceServiceRequest]:
+    pos, requests = 0, []
+    while pos < len(data):
+        if big_endian:
+            if pos + 4 > len(data):
+                raise ValueError(f"truncated length prefix at byte {pos}")
+            size, start = int.from_bytes(data[pos : pos + 4], "big"), pos + 4
+        else:
+            size, start = _varint(data, pos)
+        if size > max_message or start + size > len(data):
+            raise ValueError(f"message at byte {pos} claims {size} bytes; the file has {len(data) - start} left")
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(data[start : start + size])
+        requests.append(request)
+        pos = start + size
+    return requests
+
+
+def _plausible(request: ExportTraceServiceRequest) -> bool:
+    spans = [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    return bool(spans) and all(len(s.trace_id) == 16 and len(s.span_id) == 8 for s in spans)
+
+
+def read_proto(path: Path, max_message_bytes: int = MAX_LINE_BYTES * 10) -> list[ExportTraceServiceRequest]:
+    data = path.read_bytes()
+    if not data:
+        return []
+    errors = []
+    if data[0] == 0:  # a message never starts with tag 0: this is a 4-byte big-endian length prefix
+        try:
+            return _framed(data, True, max_message_bytes)
+        except (ValueError, DecodeError) as exc:
+            raise ReplayError(f"{path}: not length-prefixed OTLP protobuf ({exc})") from None
+    single = ExportTraceServiceRequest()
+    try:
+        single.ParseFromString(data)
+        if _plausible(single):
+            return [single]
+    except DecodeError as exc:
+        errors.append(f"as one message: {exc}")
+    try:
+        return _framed(data, False, max_message_bytes)
+    except (ValueError, DecodeError) as exc:
+        errors.append(f"as varint-delimited messages: {exc}")
+    raise ReplayError(f"{path}: not OTLP protobuf ({'; '.join(errors) or 'no spans'})")
+
+
+def _sniff(path: Path) -> str:
+    with path.open("rb") as handle:
+        head = handle.read(64).lstrip()
+    return "json" if head.startswith(b"{") or not head else "proto"
+
+
+# ---------------------------------------------------------------- spans -> samples
+
+
+def samples_from_spans(spans: Sequence[ReadableSpan], stats: CaptureStats | None = None) -> list[ReplayedSample]:
+    """Group by trace id and run the live capture code on each trace, in order of first appearance."""
+    stats = stats if stats is not None else CaptureStats()
+    traces: dict[int, list[ReadableSpan]] = {}
+    by_id: dict[tuple[int, int], ReadableSpan] = {}
+    for span in spans:
+        context = span.context
+        if context is None:
+            continue
+        traces.setdefault(context.trace_id, []).append(span)
+        by_id.setdefault((context.trace_id, context.span_id), span)
+    samples = []
+    for trace_spans in traces.values():
+        for captured in extract_samples(trace_spans, stats=stats):
+            retrieval = by_id.get((captured.trace_id, captured.retrieval_span_id))
+            samples.append(
+                ReplayedSample(
+                    sample=captured.sample,
+                    trace_id=captured.trace_id,
+                    span_id=captured.retrieval_span_id,
+                    generation_span_id=captured.generation_span_id,
+                    start_time_unix_nano=retrieval.start_time if retrieval is not None else None,
+                    convention=captured.convention,
+                )
+            )
+    samples.sort(key=lambda s: (s.start_time_unix_nano or 0, s.trace_id, s.span_id))
+    return samples
+
+
+def replay_file(path: str | Path, *, format: str = "auto", max_line_bytes: int = MAX_LINE_BYTES) -> Replay:
+    """Read an export file and capture its samples, ordered by retrieval start time."""
+    path = Path(path)
+    if not path.is_file():
+        raise ReplayError(f"{path}: no such file")
+    kind = _sniff(path) if format == "auto" else format
+    if kind == "json":
+        requests: Sequence[ExportTraceServiceRequest] | Iterator[ExportTraceServiceRequest] = read_json(
+            path, max_line_bytes
+        )
+    elif kind == "proto":
+        requests = read_proto(path)
+    else:
+        raise ReplayError(f"unknown format {format!r}; use json or proto")
+    spans = [span for request in requests for span in spans_of(request)]
+    if not spans:
+        raise ReplayError(f"{path}: file is empty: no spans")
+    stats = CaptureStats()
+    samples = samples_from_spans(spans, stats)
+    traces = len({s.context.trace_id for s in spans if s.context is not None})
+    return Replay(samples=samples, spans=len(spans), traces=traces, skipped=dict(stats.counts))
+
+
+__all__ = [
+    "Replay",
+    "ReplayError",
+    "ReplayedSample",
+    "any_value",
+    "attributes",
+    "read_json",
+    "read_proto",
+    "replay_file",
+    "samples_from_spans",
+    "spans_of",
+]
