@@ -52,6 +52,11 @@ def _const(placeholder: str) -> Callable[[re.Match[str]], str]:
     return lambda _m: placeholder
 
 
+def _nonempty(placeholder: str) -> Callable[[re.Match[str]], str]:
+    """A user pattern that can match "" (say `x*`) must not insert placeholders between every character."""
+    return lambda m: placeholder if m.group(0) else ""
+
+
 # -- secrets -------------------------------------------------------------------------------------------
 
 _PRIVATE_KEY = re.compile(
@@ -185,7 +190,7 @@ class Redactor:
         builtin: bool = True,
         patterns: Sequence[re.Pattern[str]] = (),
     ) -> None:
-        extra = tuple(_Rule(f"pattern[{i}]", p, _const(REDACTED)) for i, p in enumerate(patterns))
+        extra = tuple(_Rule(f"pattern[{i}]", p, _nonempty(REDACTED)) for i, p in enumerate(patterns))
         self._rules: tuple[_Rule, ...] = (_BUILTIN_RULES if builtin else ()) + extra
         self._hook = hook
         self._lock = threading.Lock()

@@ -189,6 +189,7 @@ def test_user_patterns_and_builtin_off() -> None:
     only = Redactor(builtin=False, patterns=[employee])
     assert only.redact_text("EMP-12345 a@b.co") == f"{REDACTED} a@b.co"
     assert Redactor(builtin=False).redact_text("a@b.co") == "a@b.co"
+    assert Redactor(builtin=False, patterns=[re.compile(r"x*")]).redact_text("axxb") == f"a{REDACTED}b"
 
 
 def test_redact_sample() -> None:

@@ -465,7 +465,10 @@ class OtlpReceiver:
         self._failures_left = 0
         self._closed = False
 
-        self._grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="otlp-grpc"))
+        self._grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="otlp-grpc"),
+            options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],  # big batches in load tests
+        )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceServicer(self), self._grpc)  # type: ignore[no-untyped-call]
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_MetricsServicer(self), self._grpc)  # type: ignore[no-untyped-call]
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_LogsServicer(self), self._grpc)  # type: ignore[no-untyped-call]
