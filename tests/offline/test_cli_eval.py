@@ -1,0 +1,292 @@
+"""`ragtrace eval`: exit codes, thresholds, bad files, field mapping, resume and Ctrl-C, with a scripted judge.
+
+The judge is named on the command line as `python:tests.offline.test_cli_eval:GoldJudge`, the same hook a
+user's custom judge goes through, so these tests run the real CLI path end to end without a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragtrace.cli_eval import main
+from ragtrace.judges import Judgement, JudgeRequest, JudgeTimeout
+from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, Verdicts
+
+ROOT = Path(__file__).resolve().parents[2]
+JUDGE = "python:tests.offline.test_cli_eval:GoldJudge"
+
+
+class GoldJudge:
+    """A context is useful, highly relevant and used iff it contains 'gold'. Claims: ground-truth sentences
+    found verbatim in the contexts. Sleeps RAGTRACE_TEST_JUDGE_DELAY seconds per call; 'timeout' queries fail."""
+
+    model = "test/gold"
+    prompt_version = "gold-1"
+    fused = True
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        delay = float(os.environ.get("RAGTRACE_TEST_JUDGE_DELAY", "0"))
+        if delay:
+            await asyncio.sleep(delay)
+        if "timeout" in request.sample.query:
+            raise JudgeTimeout("no answer within 1 s", JudgeUsage(calls=1, model=self.model))
+        contexts = [
+            ContextVerdict(
+                index=i, useful="gold" in c.content, level="high" if "gold" in c.content else "none",
+                used="gold" in c.content, reason="mentions gold" if "gold" in c.content else "no gold",
+            )
+            for i, c in enumerate(request.sample.contexts)
+        ]
+        claims = None
+        if Aspect.CLAIMS in request.aspects and request.sample.ground_truth:
+            text = " ".join(request.sample.context_texts)
+            claims = [ClaimVerdict(claim=p, supported=p in text) for p in request.sample.ground_truth.split(". ")]
+        usage = JudgeUsage(calls=1, input_tokens=50, output_tokens=5, model=self.model)
+        return Judgement(verdicts=Verdicts(contexts=contexts, claims=claims), usage=usage)
+
+
+def average_precision(relevant: list[bool]) -> float:
+    hits, total = 0, 0.0
+    for k, rel in enumerate(relevant, start=1):
+        if rel:
+            hits += 1
+            total += hits / k
+    return total / hits if hits else 0.0
+
+
+def make_rows(n: int, gold_at: Any = lambda i: i % 3) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(n):
+        contexts = ["tin ore", "lead pipe", "iron gate"]
+        contexts[gold_at(i)] = f"gold bar {i}"
+        rows.append({"id": f"q{i}", "query": f"where is the gold {i}?", "contexts": contexts,
+                     "response": "In the vault.", "ground_truth": f"gold bar {i}"})
+    return rows
+
+
+def write_jsonl(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["eval", *argv, "--judge", JUDGE])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def expected_precision_mean(rows: list[dict[str, Any]]) -> float:
+    scores = [round(average_precision(["gold" in c for c in r["contexts"]]), 2) for r in rows]
+    return round(sum(scores) / len(scores), 4)
+
+
+def test_thresholds_json_summary_and_out_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = make_rows(9)
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    mean = expected_precision_mean(rows)
+    code, stdout, stderr = run(capsys, str(data), "--out", str(out), "--json", "--min", f"context_precision={mean}")
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    precision = summary["scorers"]["context_precision"]
+    assert precision["mean"] == mean and precision["passed"] is True
+    assert precision["p10"] <= precision["p50"] <= precision["p90"]
+    assert summary["scorers"]["context_recall"]["mean"] == 1.0
+    assert summary["judge"]["calls"] == 9 and summary["judge"]["input_tokens"] == 450
+    assert "context_precision" in stderr and "mean" in stderr  # the table goes to stderr with --json
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in records) == sorted(r["id"] for r in rows)
+    first = next(r for r in records if r["id"] == "q1")
+    assert first["scores"]["context_precision"] == 0.5 and first["line"] == 2
+    assert first["results"]["context_precision"]["reason"]
+
+    code, stdout, _ = run(capsys, str(data), "--min", f"context_precision={mean + 0.01:.4f}", "--quiet")
+    assert code == 1
+    assert f"FAIL context_precision: mean {mean:.3f} < min {mean + 0.01:.4g}" in stdout
+
+
+def test_table_and_non_tty_progress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = write_jsonl(tmp_path / "data.jsonl", make_rows(20))
+    code, stdout, stderr = run(capsys, str(data), "--scorers", "context_precision")
+    assert code == 0
+    assert stdout.splitlines()[0].split()[:6] == ["scorer", "mean", "p10", "p50", "p90", "pass"]
+    assert "judge test/gold: 20 calls" in stdout
+    progress = [line for line in stderr.splitlines() if line.startswith("ragtrace: ")]
+    assert progress[-1].startswith("ragtrace: 20/20 (100%)") and 2 <= len(progress) <= 12
+
+
+def test_judge_errors_are_counted_and_gate_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = make_rows(4)
+    rows[0]["query"] = "timeout please"
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    code, stdout, _ = run(capsys, str(data), "--json")
+    summary = json.loads(stdout)
+    assert summary["scorers"]["context_precision"]["errors"] == {"judge_timeout": 1}
+    assert code == 1 and summary["error_rate_exceeded"]["context_precision"] == 0.25
+    code, _, _ = run(capsys, str(data), "--max-error-rate", "0.3", "--quiet")
+    assert code == 0
+
+
+BAD_FILES: list[tuple[str, str, str]] = [
+    ("missing_field", '{"query": "q", "contexts": ["a"]}\n{"query": "q2"}\n', "data.jsonl:2: missing field 'contexts'"),
+    ("wrong_type", '{"query": "q", "contexts": "just one string"}\n',
+     "data.jsonl:1: field 'contexts': expected a list of strings or {'content': ...} objects, got str"),
+    ("query_not_str", '{"query": 42, "contexts": []}\n', "data.jsonl:1: field 'query': expected a string, got int"),
+    ("response_not_str", '{"query": "q", "contexts": [], "response": ["x"]}\n',
+     "data.jsonl:1: field 'response': expected a string or null, got list"),
+    ("empty", "\n\n", "data.jsonl: file is empty: no samples to evaluate"),
+    ("not_json", '{"query": "q", "contexts": []}\n\n{query: q}\n', "data.jsonl:3: not valid JSON"),
+    ("not_object", '["q", []]\n', "data.jsonl:1: expected a JSON object per line, got list"),
+    ("bad_context_item", '{"query": "q", "contexts": ["a", 3]}\n',
+     "data.jsonl:1: field 'contexts': item 1 must be a string"),
+    ("duplicate_id", '{"id": 1, "query": "q", "contexts": []}\n{"id": "1", "query": "q", "contexts": []}\n',
+     "data.jsonl:2: duplicate id '1' (first on line 1)"),
+]
+
+
+@pytest.mark.parametrize(("content", "message"), [(c, m) for _, c, m in BAD_FILES], ids=[n for n, _, _ in BAD_FILES])
+def test_bad_files_exit_2_naming_file_line_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
+) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text(content, encoding="utf-8")
+    code, stdout, stderr = run(capsys, str(data))
+    assert code == 2
+    assert f"ragtrace eval: error: {tmp_path / message}" in stderr
+    assert stdout == ""
+
+
+def test_huge_line_is_refused_at_the_default_10_mb_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data.jsonl"
+    with data.open("w") as handle:
+        handle.write(json.dumps(make_rows(1)[0]) + "\n")
+        handle.write('{"query": "q", "contexts": ["' + "x" * (10 * 1024 * 1024 + 10) + '"]}\n')
+    code, _, stderr = run(capsys, str(data))
+    assert code == 2 and f"{data}:2: line is longer than the 10485760 byte limit" in stderr
+    code, _, stderr = run(capsys, str(data), "--max-line-bytes", "100")
+    assert code == 2 and f"{data}:1: line is longer than the 100 byte limit" in stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--min", "context_precision"], "bad --min 'context_precision': expected SCORER=VALUE"),
+        (["--min", "context_precision=high"], "bad --min 'context_precision=high': 'high' is not a number"),
+        (["--min", "precision=0.5"], "unknown scorer 'precision'"),
+        (["--min", "context_precision=1.5"], "must be between 0 and the scale (1)"),
+        (["--scorers", "context_precision", "--min", "context_recall=0.5"], "context_recall is not in --scorers"),
+        (["--scorers", "context_precision,faithfulness"], "unknown scorer 'faithfulness' in --scorers"),
+        (["--scale", "0"], "scale must be a number > 0"),
+        (["--unused-high-penalty", "2"], "unused_high_penalty must be a number in [0, 1]"),
+        (["--resume"], "--resume needs --out"),
+        (["--fail-on-regression"], "--fail-on-regression needs --compare"),
+        (["--concurrency", "0"], "--concurrency must be >= 1"),
+    ],
+)
+def test_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    data = write_jsonl(tmp_path / "data.jsonl", make_rows(2))
+    code, _, stderr = run(capsys, str(data), *argv)
+    assert code == 2 and message in stderr, stderr
+
+
+def test_unimportable_judge_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = write_jsonl(tmp_path / "data.jsonl", make_rows(2))
+    code = main(["eval", str(data), "--judge", "python:no_such_module_xyz:Judge"])
+    assert code == 2 and "cannot import" in capsys.readouterr().err
+
+
+def test_csv_with_field_mapping(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = make_rows(5, gold_at=lambda i: 2 - i % 3)
+    data = tmp_path / "data.csv"
+    with data.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["key", "question", "passages", "answer"])
+        for r in rows:
+            writer.writerow([r["id"], r["query"], json.dumps(r["contexts"]), r["response"]])
+    code, stdout, stderr = run(
+        capsys, str(data), "--id-field", "key", "--contexts-field", "passages", "--response-field", "answer",
+        "--scorers", "context_precision,context_recall", "--json", "--quiet",
+    )
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["scorers"]["context_precision"]["mean"] == expected_precision_mean(rows)
+    assert summary["scorers"]["context_recall"]["skipped"] == {"no_ground_truth": 5}
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text('question,contexts\nq1,"[""a""]"\nq2,not json\n', encoding="utf-8")
+    code, _, stderr = run(capsys, str(bad))
+    assert code == 2 and f"{bad}:3: field 'contexts': expected a JSON list in the CSV cell" in stderr
+    code, _, stderr = run(capsys, str(data), "--query-field", "prompt")
+    assert code == 2 and f"{data}:2: missing field 'prompt'" in stderr
+
+
+def test_resume_skips_items_already_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = make_rows(10)
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    write_jsonl(tmp_path / "first.jsonl", rows[:4])
+    assert run(capsys, str(tmp_path / "first.jsonl"), "--out", str(out), "--quiet")[0] == 0
+    with out.open("a") as handle:  # a run killed mid-write leaves a torn last line
+        handle.write('{"index": 4, "id": "q4", "resu')
+    code, stdout, stderr = run(capsys, str(data), "--out", str(out), "--resume", "--json")
+    assert code == 0
+    summary = json.loads(stdout)
+    assert summary["resumed"] == 4 and summary["evaluated"] == 6 and summary["items"] == 10
+    assert summary["judge"]["calls"] == 10  # usage of resumed items is carried over, not paid twice
+    assert "resuming, 4 of 10 items already in" in stderr
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    assert sorted(ids) == sorted(r["id"] for r in rows)
+    assert summary["scorers"]["context_precision"]["mean"] == expected_precision_mean(rows)
+
+
+def test_resume_without_ids_uses_the_line_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [{k: v for k, v in r.items() if k != "id"} for r in make_rows(6)]
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    write_jsonl(out, [])
+    assert run(capsys, str(write_jsonl(tmp_path / "head.jsonl", rows[:2])), "--out", str(out), "--quiet")[0] == 0
+    code, stdout, _ = run(capsys, str(data), "--out", str(out), "--resume", "--json", "--quiet")
+    assert code == 0 and json.loads(stdout)["evaluated"] == 4
+    assert sorted(json.loads(line)["index"] for line in out.read_text().splitlines()) == list(range(6))
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT delivery")
+def test_ctrl_c_keeps_results_and_prints_a_partial_summary(tmp_path: Path) -> None:
+    rows = make_rows(200)
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    out = tmp_path / "out.jsonl"
+    env = {**os.environ, "RAGTRACE_TEST_JUDGE_DELAY": "0.02", "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "ragtrace.cli_eval", "eval", str(data), "--judge", JUDGE, "--out", str(out),
+            "--concurrency", "1"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (not out.exists() or out.read_text().count("\n") < 5):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 5 <= len(written) < 200
+    assert f"interrupted: partial summary over {len(written)} of 200 items" in stdout
+    assert "context_precision" in stdout
+
+    resumed = subprocess.run(
+        [*argv, "--resume", "--json", "--quiet"], cwd=ROOT, env={**env, "RAGTRACE_TEST_JUDGE_DELAY": "0"},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout)
+    assert summary["resumed"] == len(written) and summary["evaluated"] == 200 - len(written)
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    assert len(ids) == 200 and len(set(ids)) == 200
