@@ -10,17 +10,25 @@ from ragtrace.judges.base import (
     OverBudget,
     RateLimited,
 )
+from ragtrace.judges.cache import VerdictCache
+from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
+from ragtrace.judges.llm import JudgeUnavailable, LLMJudge
 from ragtrace.judges.run import SampleScores, judge_and_score
 
 __all__ = [
+    "DailyTokenBudget",
     "Judge",
     "JudgeError",
     "JudgeInvalidOutput",
     "JudgeRequest",
     "JudgeTimeout",
+    "JudgeUnavailable",
     "Judgement",
+    "LLMJudge",
     "OverBudget",
     "RateLimited",
+    "RateLimiter",
     "SampleScores",
+    "VerdictCache",
     "judge_and_score",
 ]
