@@ -36,8 +36,9 @@ ENTITY_INPUT = "traceloop.entity.input"
 ENTITY_OUTPUT = "traceloop.entity.output"
 TASK_KINDS = frozenset({"task", "tool"})
 RETRIEVER_WORDS = ("retriev", "vectorstore", "vector_store", "similarity_search")
-# How far into an entity output the cheap role check looks for a serialized document.
-SNIFF_CHARS = 65_536
+# How far into an entity output the cheap role check looks for a serialized document (LangChain
+# writes `page_content` in the first few hundred characters); bounded: it runs on the app thread.
+SNIFF_CHARS = 4_096
 
 DB_SYSTEM = "db.system"
 DB_SYSTEM_NAME = "db.system.name"  # the newer database semconv name

@@ -18,6 +18,7 @@ only needs to know the app's own span shapes and a bug in it never costs a stand
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -232,16 +233,66 @@ def _sample(
     )
 
 
+_Read = dict[int, tuple[_Node, RetrievalReading, set[str]]]
+
+
+def _read_retrievals(trace: _Trace, limits: CaptureLimits, stats: CaptureStats) -> _Read:
+    read: _Read = {}
+    for node in sorted((n for n in trace.nodes if n.role == "retrieval"), key=lambda n: n.sort_key):
+        notes: set[str] = set()
+        try:
+            reading = readers.read_retrieval(node.span, node.shape, limits, notes)
+            if not reading.documents and reading.explicit:
+                notes.add("no_documents")
+            read[node.span_id] = (node, reading, notes)
+            continue
+        except Skip as skip:
+            notes.add(skip.reason)
+        except Exception:
+            notes.add("reader_error")
+        for reason in notes:
+            stats.count(reason)
+    return read
+
+
+def _drop_nested(trace: _Trace, read: _Read, stats: CaptureStats) -> None:
+    """One sample per retrieval, not per layer that shows the same documents.
+
+    Frameworks wrap a retrieval in task spans whose outputs repeat its documents (LangChain's
+    RunnableAssign > RunnableParallel > retriever, a vector-DB client span under them). When
+    nested retrieval spans include a heuristic one (OpenLLMetry task or vector-DB span), only one is
+    kept: the explicit one (GenAI / OpenInference) if there is one, else the innermost. The kept one
+    inherits a dropped one's query when it has none. Explicit retrievals nested in each other are all
+    kept: a fusion retriever and its parts are distinct retrievals.
+    """
+    dropped: set[int] = set()
+    for span_id, (node, reading, _) in read.items():
+        for up in trace.ancestors(node):
+            if up not in read:
+                continue
+            outer = read[up][1]
+            if reading.explicit and outer.explicit:
+                continue
+            dropped.add(span_id if outer.explicit and not reading.explicit else up)
+    for span_id, (node, reading, _) in read.items():
+        if span_id in dropped or reading.query is not None:
+            continue
+        above = [up for up in trace.ancestors(node) if up in dropped]
+        below = [i for i in dropped if span_id in trace.ancestors(read[i][0])]
+        reading.query = next((q for i in above + below if (q := read[i][1].query) is not None), None)
+    for span_id in dropped:
+        stats.count("nested_retrieval")
+        del read[span_id]
+
+
 def _builtin(spans: Sequence[ReadableSpan], stats: CaptureStats, limits: CaptureLimits) -> list[CapturedSample]:
     samples: list[CapturedSample] = []
     for nodes in _group(spans, stats).values():
         trace = _Trace(nodes)
-        for node in sorted((n for n in nodes if n.role == "retrieval"), key=lambda n: n.sort_key):
-            notes: set[str] = set()
+        read = _read_retrievals(trace, limits, stats)
+        _drop_nested(trace, read, stats)
+        for node, reading, notes in read.values():
             try:
-                reading = readers.read_retrieval(node.span, node.shape, limits, notes)
-                if not reading.documents and reading.explicit:
-                    notes.add("no_documents")
                 captured = _sample(trace, node, reading, limits, notes)
             except Skip as skip:
                 notes.add(skip.reason)
@@ -266,7 +317,7 @@ def _bounded_custom(captured: CapturedSample, limits: CaptureLimits, notes: set[
             "response": cut(sample.response, limits.max_response_chars, notes, "response_truncated"),
         }
     )
-    return captured if not notes else CapturedSample(**{**captured.__dict__, "sample": bounded})
+    return captured if not notes else dataclasses.replace(captured, sample=bounded)
 
 
 def _custom(

@@ -27,6 +27,11 @@ Convention = Literal["genai", "openinference", "openllmetry"]
 # OpenLLMetry LLM spans without gen_ai.operation.name say what they are here.
 LLM_REQUEST_TYPE = "llm.request.type"
 LLM_REQUEST_TYPES = frozenset({"chat", "completion"})
+_DB_SYSTEMS = frozenset({openllmetry.DB_SYSTEM, openllmetry.DB_SYSTEM_NAME})
+_OUTPUTS = frozenset({"gen_ai.completion.0.content", genai.OUTPUT_MESSAGES})
+_MARKERS = frozenset(
+    {genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND, LLM_REQUEST_TYPE} | _DB_SYSTEMS | _OUTPUTS
+)
 
 
 def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
@@ -36,30 +41,35 @@ def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
     tried in a fixed order, so a span carrying several is read by the first that claims it.
     """
     attrs = attrs_of(span)
-    if not attrs:
+    # One C-level pass over the keys finds which markers exist, so absent keys cost no lookup
+    # (the SDK's attribute mapping raises KeyError internally on every missed `get`).
+    present = _MARKERS.intersection(attrs)
+    if not present:
         return None
-    operation = attrs.get(genai.OPERATION)
-    if isinstance(operation, str):
+    if genai.OPERATION in present:
+        operation = attrs[genai.OPERATION]
         if operation in genai.RETRIEVAL_OPERATIONS:
             return "retrieval", "genai", "genai"
         if operation in genai.GENERATION_OPERATIONS:
             return "generation", "genai", "genai"
-    kind = attrs.get(openinference.KIND)
-    if isinstance(kind, str):
-        kind = kind.upper()
+    if openinference.KIND in present:
+        kind = attrs[openinference.KIND]
+        kind = kind.upper() if isinstance(kind, str) else kind
         if kind == "RETRIEVER":
             return "retrieval", "openinference", "openinference"
         if kind == "LLM":
             return "generation", "openinference", "openinference"
-    task = attrs.get(openllmetry.SPAN_KIND)
-    if isinstance(task, str) and task in openllmetry.TASK_KINDS and openllmetry.is_retriever_task(span, attrs):
+    if (
+        openllmetry.SPAN_KIND in present
+        and attrs[openllmetry.SPAN_KIND] in openllmetry.TASK_KINDS
+        and openllmetry.is_retriever_task(span, attrs)
+    ):
         return "retrieval", "openllmetry", "task"
-    if openllmetry.db_system(attrs) is not None and openllmetry.is_vector_query(span, attrs):
+    if present & _DB_SYSTEMS and openllmetry.db_system(attrs) is not None and openllmetry.is_vector_query(span, attrs):
         return "retrieval", "openllmetry", "vector_db"
-    request_type = attrs.get(LLM_REQUEST_TYPE)
-    if isinstance(request_type, str) and request_type in LLM_REQUEST_TYPES:
+    if LLM_REQUEST_TYPE in present and attrs[LLM_REQUEST_TYPE] in LLM_REQUEST_TYPES:
         return "generation", "openllmetry", "genai"
-    if "gen_ai.completion.0.content" in attrs or genai.OUTPUT_MESSAGES in attrs:
+    if present & _OUTPUTS:
         return "generation", "genai", "genai"
     return None
 

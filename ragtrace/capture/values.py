@@ -11,12 +11,14 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from ragtrace.scoring import Document
 
 Attrs = Mapping[str, Any]
 _NO_ATTRS: Attrs = {}
+_FAST_MAPPINGS = (MappingProxyType, dict)
 _MAX_DEPTH = 8
 
 
@@ -67,6 +69,8 @@ class GenerationReading:
 def attrs_of(obj: Any) -> Attrs:
     """A span's or event's attributes as a mapping; an empty one when missing or odd."""
     value = getattr(obj, "attributes", None)
+    if type(value) in _FAST_MAPPINGS:  # skip the slower ABC isinstance check for what the SDK returns
+        return value  # type: ignore[return-value]
     return value if isinstance(value, Mapping) else _NO_ATTRS
 
 

@@ -34,6 +34,7 @@ def _one(traces: Traces, retrieval: dict[str, Any], generation: dict[str, Any] |
         (12, "wrong_attribute_type"),
         (True, "wrong_attribute_type"),
     ],
+    ids=["broken", "object", "too_deep", "int", "bool"],
 )
 def test_unreadable_documents_pass_the_span_over(traces: Traces, documents: Any, reason: str) -> None:
     samples, stats = _one(traces, {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.documents": documents,

@@ -253,3 +253,52 @@ def test_missing_parents_times_and_duplicate_ids_never_raise() -> None:
     assert [(s.sample.query, s.sample.response) for s in samples] == [("q", ""), ("q3", "after")]
     assert {s.root_span_id for s in samples} == {1}
     assert stats.counts == {"duplicate_span_id": 1, "invalid_span": 1}
+
+
+def _lc_task(name: str, inputs: object, outputs: object) -> dict[str, object]:
+    docs = {"traceloop.span.kind": "task", "traceloop.entity.name": name,
+            "traceloop.entity.input": json.dumps({"inputs": inputs, "tags": [], "metadata": {}, "kwargs": {}}),
+            "traceloop.entity.output": json.dumps({"outputs": outputs, "kwargs": {}})}
+    return docs
+
+
+def test_nested_layers_showing_the_same_documents_give_one_sample(traces: Traces) -> None:
+    """create_retrieval_chain under OpenLLMetry: RunnableAssign > retrieve_documents > chroma.query."""
+    docs = [{"page_content": "Port 8080.", "metadata": {}}, {"page_content": "TLS on 443.", "metadata": {}}]
+    root = traces.open("retrieval_chain.workflow", {"traceloop.span.kind": "workflow"})
+    assign = traces.open("RunnableAssign<context>.task",
+                         _lc_task("RunnableAssign<context>", {"input": "Which port?"},
+                                  {"input": "Which port?", "context": docs}), parent=root, start=1)
+    inner = traces.open("retrieve_documents.task", _lc_task("retrieve_documents", "Which port?", docs),
+                        parent=assign, start=1)
+    chroma = traces.span("chroma.query", {"db.system": "chroma", "db.operation": "query"}, parent=inner,
+                         start=1, end=2, events=[("db.query.result", {"db.query.result.document": d["page_content"]})
+                                                 for d in docs])
+    traces.close(inner, 3)
+    traces.close(assign, 3)
+    llm = traces.span("ChatOpenAI.chat", {"llm.request.type": "chat", "gen_ai.completion.0.content": "8080"},
+                      parent=root, start=4, end=5)
+    traces.close(root, 6)
+    stats = CaptureStats()
+    [captured] = extract_samples(traces.finished(), stats=stats)
+    assert captured.retrieval_span_id == sid(chroma)
+    assert captured.generation_span_id == sid(llm)
+    assert captured.sample.query == "Which port?"  # inherited from the nearest dropped layer
+    assert captured.sample.context_texts == ["Port 8080.", "TLS on 443."]
+    assert stats.counts == {"nested_retrieval": 2}
+
+
+def test_explicit_retrieval_wins_over_a_wrapping_task_and_explicit_nesting_is_kept(traces: Traces) -> None:
+    root = traces.open("root")
+    task = traces.open("retriever.task", _lc_task("retriever", "q", [{"page_content": "a"}]), parent=root, start=1)
+    fusion = traces.open("fusion", {"openinference.span.kind": "RETRIEVER", "input.value": "q",
+                                    "retrieval.documents.0.document.content": "a"}, parent=task, start=1)
+    part = traces.span("part", {"openinference.span.kind": "RETRIEVER", "input.value": "q",
+                                "retrieval.documents.0.document.content": "a"}, parent=fusion, start=1, end=2)
+    traces.close(fusion, 3)
+    traces.close(task, 3)
+    traces.close(root, 4)
+    stats = CaptureStats()
+    samples = extract_samples(traces.finished(), stats=stats)
+    assert sorted(s.retrieval_span_id for s in samples) == sorted([sid(fusion), sid(part)])
+    assert stats.counts == {"nested_retrieval": 1}
