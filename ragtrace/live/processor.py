@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
@@ -24,6 +24,8 @@ from opentelemetry.util.types import AttributeValue
 from ragtrace.capture import CapturedSample, CaptureStats, Extractor, extract_samples
 from ragtrace.judges.base import Judge
 from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
+from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef, SpanStore
 from ragtrace.live.worker import ScoreJob, ScoringWorker
@@ -36,10 +38,6 @@ from ragtrace.scoring import (
     Scorer,
     ScoreResult,
 )
-
-if TYPE_CHECKING:
-    from ragtrace.live.metrics import RagtraceMetrics
-    from ragtrace.live.redaction import Redactor
 
 logger = logging.getLogger(__name__)
 
@@ -316,9 +314,9 @@ class RagScoringSpanProcessor(SpanProcessor):
             )
             if not self._worker.submit(job):
                 self._count("queue_full")
-                _, done = self._store.record(trace_id, key, None)
-                if done is not None:
-                    self._release(done)
+                recorded = self._store.record(trace_id, key, None)
+                if recorded is not None and recorded[2]:
+                    self._release(recorded[1])
 
     def _plan(
         self, trace_id: int, captured: CapturedSample, span: ReadableSpan
@@ -379,9 +377,10 @@ class RagScoringSpanProcessor(SpanProcessor):
                 self._metrics.judge_call(evaluation.usage, evaluation.status, duration_s)
             except Exception:
                 logger.exception("ragtrace: metrics.judge_call failed")
-        ref, done = self._store.record(trace_id, key, evaluation if self._mode == "enrich" else None)
-        if ref is None:  # released already (deadline, flush): counted as timeout then
+        recorded = self._store.record(trace_id, key, evaluation if self._mode == "enrich" else None)
+        if recorded is None:  # released already (deadline, flush): counted as timeout then
             return
+        ref, pending, last = recorded
         for result in evaluation.results:
             self._count(_decision(result))
             if self._metrics is not None and result.score is not None:
@@ -390,11 +389,9 @@ class RagScoringSpanProcessor(SpanProcessor):
                 except Exception:
                     logger.exception("ragtrace: metrics.score failed")
         if self._mode == "link":
-            pending_like = done or self._store.peek_pending(trace_id)
-            if pending_like is not None:
-                self._emit_links(pending_like, ref.target, evaluation, start_ns)
-        if done is not None:
-            self._release(done)
+            self._emit_links(pending, ref.target, evaluation, start_ns)
+        if last:
+            self._release(pending)
 
     def _emit_links(self, pending: PendingTrace, target: int, evaluation: Evaluation, start_ns: int) -> None:
         ctx = SpanContext(pending.trace_id, target, is_remote=False, trace_flags=pending.trace_flags)

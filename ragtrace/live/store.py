@@ -141,27 +141,23 @@ class SpanStore:
 
     def record(
         self, trace_id: int, key: int, evaluation: Evaluation | None
-    ) -> tuple[SampleRef | None, PendingTrace | None]:
-        """A job reported. Returns its sample (None if the trace was already released) and, when it was
-        the trace's last job, the trace itself, taken out of the store for the caller to release."""
+    ) -> tuple[SampleRef, PendingTrace, bool] | None:
+        """A job reported. Returns its sample, its trace and whether that was the trace's last job (the
+        trace is then taken out of the store for the caller to release); None if already released."""
         with self.lock:
             pending = self._pending.get(trace_id)
             if pending is None:
-                return None, None
+                return None
             ref = pending.waiting.pop(key, None)
             if ref is None:
-                return None, None
+                return None
             if evaluation is not None:
                 pending.evaluations.setdefault(ref.target, []).append(evaluation)
             if pending.waiting:
-                return ref, None
+                return ref, pending, False
             del self._pending[trace_id]
             self.held -= len(pending.spans)
-            return ref, pending
-
-    def peek_pending(self, trace_id: int) -> PendingTrace | None:
-        with self.lock:
-            return self._pending.get(trace_id)
+            return ref, pending, True
 
     def pop_expired(self, now: float, *, everything: bool = False) -> list[PendingTrace]:
         """Pending traces past their deadline (in close order, so the scan stops at the first young one)."""

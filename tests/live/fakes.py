@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.trace import Tracer
+from opentelemetry.trace import Span, Tracer, set_span_in_context
 
-from ragtrace.judges.base import JudgeInvalidOutput, JudgeRequest, Judgement, JudgeTimeout, RateLimited
+from ragtrace.judges.base import JudgeInvalidOutput, Judgement, JudgeRequest, JudgeTimeout, RateLimited
 from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, Verdicts
 
 BEHAVIOURS = ("fast", "slow", "hang", "timeout", "error", "invalid", "crash")
@@ -118,12 +118,23 @@ def rag_trace(
     end_root: bool = True,
 ) -> list[int]:
     """One request: root, `retrievals` x (retrieval + chat), `plain` other spans. Returns the span ids."""
+    return open_rag_trace(tracer, query, docs, answer, retrievals=retrievals, plain=plain, end_root=end_root)[1]
+
+
+def open_rag_trace(
+    tracer: Tracer,
+    query: str = "fast: what is good?",
+    docs: Sequence[str] = ("good doc", "bad doc"),
+    answer: str = "a good answer",
+    *,
+    retrievals: int = 1,
+    plain: int = 1,
+    end_root: bool = False,
+) -> tuple[Span, list[int]]:
+    """Like `rag_trace`, and hands back the root span (left open unless `end_root`)."""
     ids: list[int] = []
     root = tracer.start_span("rag request")
     ids.append(root.get_span_context().span_id)
-    ctx = otel_context.get_current()
-    from opentelemetry.trace import set_span_in_context
-
     ctx = set_span_in_context(root)
     for _ in range(retrievals):
         with tracer.start_as_current_span("retrieve", context=ctx) as r:
@@ -141,7 +152,7 @@ def rag_trace(
             ids.append(s.get_span_context().span_id)
     if end_root:
         root.end()
-    return ids
+    return root, ids
 
 
 def plain_trace(tracer: Tracer, n: int = 3) -> list[int]:

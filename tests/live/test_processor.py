@@ -13,7 +13,14 @@ from opentelemetry.trace import SpanKind
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision
-from tests.live.fakes import CountingProcessor, ScriptedJudge, plain_trace, provider_with, rag_trace
+from tests.live.fakes import (
+    CountingProcessor,
+    ScriptedJudge,
+    open_rag_trace,
+    plain_trace,
+    provider_with,
+    rag_trace,
+)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -265,13 +272,13 @@ def test_open_trace_overflow_and_job_queue_overflow(rig: Callable[..., Rig]) -> 
     r = rig(ScriptedJudge(default="hang"), max_open_traces=2, max_queue=1, score_deadline=60.0)
     ids: list[int] = []
     for _ in range(3):
-        ids += rag_trace(r.tracer, end_root=False)
+        ids += open_rag_trace(r.tracer)[1][1:]  # the roots stay open
     assert r.proc.open_traces == 2
     assert r.proc.decisions.get("queue_full") == 1  # the third trace bypassed the store
     r.proc.force_flush(300)
     # two traces closed at flush, but only one job fits the queue
     assert r.proc.decisions.get("queue_full") == 2
-    assert r.exported_once([i for i in ids if i in r.out.ids()])
+    assert r.exported_once(ids)
     assert r.proc.held_spans == 0
 
 

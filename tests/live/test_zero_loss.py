@@ -1,0 +1,153 @@
+"""Zero loss: whatever the traces, the judge, the limits and the flush/shutdown points, every span that
+entered the processor is exported exactly once, and the decision counters match what was written."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.trace import Span
+
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.sampling import Sampler
+from tests.live.fakes import (
+    BEHAVIOURS,
+    CountingProcessor,
+    ScriptedJudge,
+    open_rag_trace,
+    plain_trace,
+    provider_with,
+    rag_trace,
+)
+
+trace_spec = st.fixed_dictionaries({
+    "kind": st.sampled_from(["rag", "rag", "plain", "open", "open"]),
+    "behaviour": st.sampled_from(BEHAVIOURS),
+    "retrievals": st.integers(1, 3),
+    "plain": st.integers(0, 3),
+    "flush": st.sampled_from([None, None, None, None, None, 0, 20, 100]),  # force_flush after this trace (ms)
+    "pause": st.sampled_from([0.0, 0.0, 0.01]),
+})
+
+options = st.fixed_dictionaries({
+    "mode": st.sampled_from(["enrich", "link"]),
+    "rate": st.sampled_from([1.0, 1.0, 1.0, 0.5, 0.0]),
+    "max_held_spans": st.integers(1, 24),
+    "max_open_traces": st.integers(1, 3),
+    "max_queue": st.integers(1, 6),
+    "concurrency": st.integers(1, 3),
+    "score_deadline": st.sampled_from([0.02, 0.1, 0.3]),
+    "max_trace_wait": st.sampled_from([0.02, 5.0, 5.0]),
+})
+
+
+def check(out: CountingProcessor, proc: RagScoringSpanProcessor, entered: set[int], mode: str) -> None:
+    counts = Counter(out.ids())
+    assert {i for i in entered if counts[i] != 1} == set(), "a span was lost or exported twice"
+    extra = [s for s in out.spans if s.context is not None and s.context.span_id not in entered]
+    assert all(s.name.startswith("evaluation ") for s in extra), "unknown spans exported"
+    assert all(counts[s.context.span_id] == 1 for s in extra if s.context is not None)
+    assert proc.held_spans == 0 and proc.open_traces == 0
+    decisions = proc.decisions
+    if mode == "enrich":
+        events = [e for s in out.spans for e in s.events if e.name == "gen_ai.evaluation.result"]
+    else:
+        events = [e for s in extra for e in s.events]
+    attrs = [e.attributes or {} for e in events]
+    scored = sum(1 for a in attrs if "gen_ai.evaluation.score.value" in a)
+    errors = sum(1 for a in attrs if a.get("error.type") not in (None, "judge_timeout"))
+    timeouts = sum(1 for a in attrs if a.get("error.type") == "judge_timeout")
+    assert scored == decisions.get("scored", 0)
+    assert errors == decisions.get("error", 0)
+    assert timeouts <= decisions.get("timeout", 0)
+
+
+EXAMPLES = int(os.environ.get("RAGTRACE_ZERO_LOSS_EXAMPLES", "30"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(opts=options, traces=st.lists(trace_spec, min_size=1, max_size=12), shutdown_at=st.integers(0, 12),
+       end_open_after=st.booleans())
+def test_every_span_exported_exactly_once(
+    opts: dict[str, object], traces: list[dict[str, object]], shutdown_at: int, end_open_after: bool
+) -> None:
+    out = CountingProcessor()
+    rate = float(opts.pop("rate"))  # type: ignore[arg-type]
+    mode = str(opts["mode"])
+    proc = RagScoringSpanProcessor(
+        out, judge=ScriptedJudge(slow_s=0.03), sampler=Sampler(rate=rate), tick_interval=0.01,
+        **opts,  # type: ignore[arg-type]
+    )
+    provider = provider_with(proc)
+    tracer = provider.get_tracer("zero-loss")
+    entered: set[int] = set()
+    open_roots: list[Span] = []
+    for n, spec in enumerate(traces):
+        if n == shutdown_at:
+            proc.shutdown()
+        if spec["kind"] == "plain":
+            entered.update(plain_trace(tracer, 1 + int(spec["plain"])))  # type: ignore[call-overload]
+        else:
+            root, ids = open_rag_trace(
+                tracer, query=f"{spec['behaviour']}: q{n}", retrievals=int(spec["retrievals"]),  # type: ignore[call-overload]
+                plain=int(spec["plain"]), end_root=spec["kind"] == "rag",  # type: ignore[call-overload]
+            )
+            if spec["kind"] == "open":
+                open_roots.append(root)
+                ids = ids[1:]
+            entered.update(ids)
+        if spec["flush"] is not None:
+            proc.force_flush(int(spec["flush"]))  # type: ignore[call-overload]
+        if spec["pause"]:
+            time.sleep(float(spec["pause"]))  # type: ignore[arg-type]
+    if end_open_after:
+        for root in open_roots:
+            root.end()
+            entered.add(root.get_span_context().span_id)
+    proc.shutdown()
+    check(out, proc, entered, mode)
+
+
+def test_concurrent_app_threads_with_flushes() -> None:
+    """Several app threads end spans while another thread flushes: still exactly once."""
+    out = CountingProcessor()
+    proc = RagScoringSpanProcessor(
+        out, judge=ScriptedJudge(slow_s=0.01), sampler=Sampler(rate=1.0), max_held_spans=200,
+        max_open_traces=30, max_queue=10, score_deadline=0.2, tick_interval=0.01,
+    )
+    provider = provider_with(proc)
+    tracer = provider.get_tracer("threads")
+    entered: list[list[int]] = [[] for _ in range(4)]
+    stop = threading.Event()
+
+    def app(k: int) -> None:
+        rnd = random.Random(k)
+        for n in range(150):
+            kind = rnd.choice(["rag", "plain"])
+            behaviour = rnd.choice(["fast", "slow", "error", "hang"])
+            if kind == "rag":
+                entered[k] += rag_trace(tracer, query=f"{behaviour}: {n}", retrievals=rnd.randint(1, 2))
+            else:
+                entered[k] += plain_trace(tracer, 3)
+
+    def flusher() -> None:
+        while not stop.is_set():
+            proc.force_flush(20)
+            time.sleep(0.02)
+
+    threads = [threading.Thread(target=app, args=(k,)) for k in range(4)]
+    f = threading.Thread(target=flusher)
+    f.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    stop.set()
+    f.join()
+    provider.shutdown()
+    check(out, proc, {i for ids in entered for i in ids}, "enrich")
