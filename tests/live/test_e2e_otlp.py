@@ -1,0 +1,177 @@
+"""End to end over real sockets: TracerProvider -> RagScoringSpanProcessor -> BatchSpanProcessor -> the
+SDK's own OTLP exporters (gRPC and HTTP) -> a real OTLP receiver on 127.0.0.1; metrics likewise."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanKind
+
+from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.sampling import Sampler
+from tests.live.fakes import ScriptedJudge, plain_trace, rag_trace
+from tests.servers.otlp import OtlpReceiver, ReceivedSpan
+
+
+class App:
+    """An instrumented app as a user would wire it, pointed at the receiver."""
+
+    def __init__(self, span_exporter: SpanExporter, metric_exporter: MetricExporter, **options: object) -> None:
+        resource = Resource.create({"service.name": "rag-app"})
+        self.meter_provider = MeterProvider(
+            resource=resource,
+            metric_readers=[PeriodicExportingMetricReader(metric_exporter, export_interval_millis=200)],
+        )
+        self.processor = RagScoringSpanProcessor(
+            BatchSpanProcessor(span_exporter, schedule_delay_millis=50),
+            judge=ScriptedJudge(),
+            sampler=Sampler(rate=1.0),
+            metrics=RagtraceMetrics(self.meter_provider),
+            tick_interval=0.01,
+            **options,  # type: ignore[arg-type]
+        )
+        self.provider = TracerProvider(resource=resource)
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("rag-app")
+
+    def close(self) -> None:
+        self.provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+@pytest.fixture
+def grpc_app(otlp_receiver: OtlpReceiver) -> Iterator[App]:
+    app = App(
+        GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
+        GrpcMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
+    )
+    yield app
+    app.close()
+
+
+def by_id(spans: list[ReceivedSpan]) -> Counter[int]:
+    return Counter(s.span_id for s in spans)
+
+
+def assert_scored_trace(spans: list[ReceivedSpan], ids: list[int]) -> ReceivedSpan:
+    counts = by_id(spans)
+    assert all(counts[i] == 1 for i in ids), "every span arrives exactly once"
+    (retrieval,) = [s for s in spans if s.span_id in ids and s.name == "retrieve"]
+    attrs = retrieval.attributes
+    assert attrs["ragtrace.context_precision.score"] == 0.83
+    assert attrs["ragtrace.context_precision.label"] == "pass"
+    assert attrs["ragtrace.context_relevance.score"] == pytest.approx(0.67)
+    assert attrs["ragtrace.eval.status"] == "scored"
+    assert attrs["ragtrace.judge.model"] == "scripted/judge"
+    assert attrs["ragtrace.judge.input_tokens"] == 100
+    assert attrs["ragtrace.judge.cost_usd"] == pytest.approx(0.001)
+    assert attrs["gen_ai.operation.name"] == "retrieval"  # the original attributes are kept
+    events = retrieval.event("gen_ai.evaluation.result")
+    assert {e["gen_ai.evaluation.name"]: e["gen_ai.evaluation.score.value"] for e in events} == {
+        "context_precision": 0.83, "context_relevance": pytest.approx(0.67),
+    }
+    assert all(e["gen_ai.evaluation.score.label"] == "pass" for e in events)
+    assert retrieval.resource["service.name"] == "rag-app"
+    for span in spans:
+        if span.span_id in ids and span.name != "retrieve":
+            assert not any(k.startswith("ragtrace.") for k in span.attributes)
+            assert span.events == []
+    return retrieval
+
+
+def test_scores_and_metrics_arrive_over_grpc(grpc_app: App, otlp_receiver: OtlpReceiver) -> None:
+    ids = rag_trace(grpc_app.tracer, docs=("good doc", "noise", "good again"), plain=3)
+    other = plain_trace(grpc_app.tracer, 3)
+    assert grpc_app.provider.force_flush(5000)
+    spans = otlp_receiver.wait_for_spans(len(ids) + len(other))
+    assert {s.transport for s in spans} == {"grpc"}
+    assert_scored_trace(spans, ids)
+    assert all(by_id(spans)[i] == 1 for i in other)
+    assert len(spans) == len(ids) + len(other)
+
+    decisions = otlp_receiver.wait_for_metric(
+        "ragtrace.evaluation.decisions",
+        predicate=lambda m: m.point_where({"decision": "scored"}) is not None
+        and m.point_where({"decision": "not_rag"}) is not None,
+    )
+    assert decisions.point_where({"decision": "scored"}).value == 2  # type: ignore[union-attr]
+    assert decisions.point_where({"decision": "not_rag"}).value == 1  # type: ignore[union-attr]
+    score = otlp_receiver.wait_for_metric("ragtrace.evaluation.score")
+    assert sum(p.count or 0 for p in score.data_points) == 2
+    tokens = otlp_receiver.wait_for_metric("ragtrace.judge.tokens")
+    assert sum(int(p.value or 0) for p in tokens.data_points) == 120
+    otlp_receiver.wait_for_metric("ragtrace.judge.duration")
+    otlp_receiver.wait_for_metric("ragtrace.spans.held")
+    otlp_receiver.wait_for_metric("ragtrace.queue.depth")
+
+
+def test_judge_failure_arrives_as_status_not_as_loss(grpc_app: App, otlp_receiver: OtlpReceiver) -> None:
+    ids = rag_trace(grpc_app.tracer, query="error: q")
+    assert grpc_app.provider.force_flush(5000)
+    spans = otlp_receiver.wait_for_spans(len(ids))
+    assert all(by_id(spans)[i] == 1 for i in ids)
+    (retrieval,) = [s for s in spans if s.name == "retrieve"]
+    assert retrieval.attributes["ragtrace.eval.status"] == "error"
+    assert retrieval.attributes["ragtrace.eval.error"] == "rate_limited"
+    assert {e["error.type"] for e in retrieval.event("gen_ai.evaluation.result")} == {"rate_limited"}
+
+
+def test_scores_arrive_over_http(otlp_receiver: OtlpReceiver) -> None:
+    app = App(
+        HttpSpanExporter(endpoint=f"{otlp_receiver.http_endpoint}/v1/traces"),
+        HttpMetricExporter(endpoint=f"{otlp_receiver.http_endpoint}/v1/metrics"),
+    )
+    try:
+        ids = rag_trace(app.tracer, docs=("good doc", "noise", "good again"), plain=3)
+        assert app.provider.force_flush(5000)
+        spans = otlp_receiver.wait_for_spans(len(ids))
+        assert {s.transport for s in spans} == {"http"}
+        assert_scored_trace(spans, ids)
+        otlp_receiver.wait_for_metric("ragtrace.evaluation.decisions")
+        assert otlp_receiver.bad_requests() == []
+    finally:
+        app.close()
+
+
+def test_link_mode_over_grpc(otlp_receiver: OtlpReceiver) -> None:
+    app = App(
+        GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
+        GrpcMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
+        mode="link",
+    )
+    try:
+        ids = rag_trace(app.tracer, docs=("good doc", "noise", "good again"))
+        assert app.provider.force_flush(5000)
+        spans = otlp_receiver.wait_for_spans(len(ids) + 2)
+        counts = by_id(spans)
+        assert all(counts[i] == 1 for i in ids) and len(spans) == len(ids) + 2
+        (retrieval,) = [s for s in spans if s.name == "retrieve"]
+        assert not any(k.startswith("ragtrace.") for k in retrieval.attributes)
+        evals = {s.name: s for s in spans if s.name.startswith("evaluation ")}
+        assert set(evals) == {"evaluation context_precision", "evaluation context_relevance"}
+        for span in evals.values():
+            assert span.trace_id == retrieval.trace_id
+            assert span.parent_span_id == retrieval.span_id
+            assert span.links == [(retrieval.trace_id, retrieval.span_id, {})]
+            assert span.kind == SpanKind.INTERNAL
+            assert span.scope_name == "ragtrace"
+            assert span.attributes["openinference.span.kind"] == "EVALUATOR"
+            assert span.resource["service.name"] == "rag-app"
+            assert [e["gen_ai.evaluation.name"] for e in span.event("gen_ai.evaluation.result")] == [
+                span.name.removeprefix("evaluation ")
+            ]
+        assert evals["evaluation context_precision"].attributes["ragtrace.context_precision.score"] == 0.83
+    finally:
+        app.close()
