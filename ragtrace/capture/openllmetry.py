@@ -65,11 +65,14 @@ def _names(span: ReadableSpan, attrs: Attrs) -> str:
 
 
 def is_retriever_task(span: ReadableSpan, attrs: Attrs) -> bool:
-    """A task/tool span named like a retriever, or whose output starts with serialized documents."""
+    """A task/tool span named like a retriever, or whose output JSON starts with a `"page_content"` key.
+
+    The quoted key, not the bare word: prompt spans quote documents as `page_content='...'` reprs.
+    """
     if any(word in _names(span, attrs) for word in RETRIEVER_WORDS):
         return True
     output = attrs.get(ENTITY_OUTPUT)
-    return isinstance(output, str) and output.find("page_content", 0, SNIFF_CHARS) >= 0
+    return isinstance(output, str) and output.find('"page_content"', 0, SNIFF_CHARS) >= 0
 
 
 def db_system(attrs: Attrs) -> str | None:
