@@ -21,8 +21,7 @@ def _one(traces: Traces, retrieval: dict[str, Any], generation: dict[str, Any] |
         traces.span("generation", generation, parent=top, start=3, end=4)
     traces.close(top, 5)
     stats = CaptureStats()
-    kwargs = {"limits": limits} if limits is not None else {}
-    return extract_samples(traces.finished(), stats=stats, **kwargs), stats
+    return extract_samples(traces.finished(), stats=stats, limits=limits or CaptureLimits()), stats
 
 
 @pytest.mark.parametrize(

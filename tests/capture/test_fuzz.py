@@ -88,8 +88,8 @@ def test_arbitrary_spans_never_raise(specs: list[tuple[dict[str, Any], list[Any]
         span.end(end_time=start + duration)
         made.append(span)
     spans = list(_exporter.get_finished_spans())
-    for span in spans:
-        assert span_role(span) in (None, "retrieval", "generation")
+    for finished in spans:
+        assert span_role(finished) in (None, "retrieval", "generation")
     stats = CaptureStats()
     samples = extract_samples(spans, stats=stats, limits=_LIMITS)
     retrievals = sum(1 for s in spans if span_role(s) == "retrieval")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, TraceFlags
@@ -14,8 +15,8 @@ from ragtrace.scoring import RagSample
 from tests.capture.conftest import MS, Traces, genai_docs, genai_messages, sid
 
 
-def _retrieval(query: str | None, *docs: str) -> dict[str, object]:
-    attrs: dict[str, object] = {
+def _retrieval(query: str | None, *docs: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
         "gen_ai.operation.name": "retrieval",
         "gen_ai.retrieval.documents": genai_docs(*((f"id{i}", d, 1.0) for i, d in enumerate(docs))),
     }
@@ -24,8 +25,8 @@ def _retrieval(query: str | None, *docs: str) -> dict[str, object]:
     return attrs
 
 
-def _chat(answer: str, user: str | None = None) -> dict[str, object]:
-    attrs: dict[str, object] = {"gen_ai.operation.name": "chat",
+def _chat(answer: str, user: str | None = None) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"gen_ai.operation.name": "chat",
                                 "gen_ai.output.messages": genai_messages("assistant", answer)}
     if user is not None:
         attrs["gen_ai.input.messages"] = genai_messages("user", user)
@@ -230,7 +231,7 @@ def test_failing_or_empty_extractor_falls_back_to_readers(traces: Traces) -> Non
     assert stats.counts == {"extractor_error": 1, "extractor_invalid_output": 1}
 
 
-def _bare_span(span_id: int, attrs: dict[str, object], parent: int | None = None,
+def _bare_span(span_id: int, attrs: dict[str, Any], parent: int | None = None,
                start: int | None = None, end: int | None = None) -> ReadableSpan:
     def ctx(s: int) -> SpanContext:
         return SpanContext(trace_id=77, span_id=s, is_remote=False, trace_flags=TraceFlags(1))
@@ -256,7 +257,7 @@ def test_missing_parents_times_and_duplicate_ids_never_raise() -> None:
 
 
 def _lc_task(name: str, inputs: object, outputs: object) -> dict[str, object]:
-    docs = {"traceloop.span.kind": "task", "traceloop.entity.name": name,
+    docs: dict[str, object] = {"traceloop.span.kind": "task", "traceloop.entity.name": name,
             "traceloop.entity.input": json.dumps({"inputs": inputs, "tags": [], "metadata": {}, "kwargs": {}}),
             "traceloop.entity.output": json.dumps({"outputs": outputs, "kwargs": {}})}
     return docs

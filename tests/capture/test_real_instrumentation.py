@@ -84,7 +84,8 @@ def test_openinference_langchain_chain(openinference_spans: list[ReadableSpan]) 
     assert captured.convention == "openinference"
     assert captured.retriever == "Handbook"
     assert retriever.context is not None and llm.context is not None
-    assert (captured.retrieval_span_id, captured.generation_span_id) == (retriever.context.span_id, llm.context.span_id)
+    ids = (retriever.context.span_id, llm.context.span_id)
+    assert (captured.retrieval_span_id, captured.generation_span_id) == ids
     assert not stats.counts
 
 
@@ -101,6 +102,7 @@ def test_openllmetry_langchain_chain(openllmetry_spans: list[ReadableSpan]) -> N
     assert captured.convention == "openllmetry"
     assert captured.retriever == "Handbook"
     assert retriever.context is not None and chat.context is not None
-    assert (captured.retrieval_span_id, captured.generation_span_id) == (retriever.context.span_id, chat.context.span_id)
+    ids = (retriever.context.span_id, chat.context.span_id)
+    assert (captured.retrieval_span_id, captured.generation_span_id) == ids
     # RunnableParallel<context,question> repeats the documents in its output: one sample, not two.
     assert stats.counts == {"nested_retrieval": 1}
