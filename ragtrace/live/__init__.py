@@ -1,0 +1,20 @@
+"""Live scoring inside OpenTelemetry: the span processor, its worker, sampling, metrics, redaction, setup."""
+
+from ragtrace.live.enrich import Evaluation
+from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.redaction import Redactor
+from ragtrace.live.sampling import Sampler, SamplingRule
+from ragtrace.live.setup import RagtraceSettings, auto_install, install
+
+__all__ = [
+    "Evaluation",
+    "RagScoringSpanProcessor",
+    "RagtraceMetrics",
+    "RagtraceSettings",
+    "Redactor",
+    "Sampler",
+    "SamplingRule",
+    "auto_install",
+    "install",
+]

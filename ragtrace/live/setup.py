@@ -1,0 +1,207 @@
+"""`install()`: put the scoring processor in front of a TracerProvider's exporters; `RAGTRACE_*` settings.
+
+The SDK has no public way to insert a processor *in front of* others (`add_span_processor` only
+appends), yet enrich mode must see a span before the exporter does. So `install` replaces the
+processors inside the provider's active multi-span-processor by one `RagScoringSpanProcessor` that
+wraps them all. This touches `TracerProvider._active_span_processor` and its `_span_processors`
+tuple (private since SDK 1.0, stable in practice); it is done under that processor's own lock, by
+swapping the tuple exactly as `add_span_processor` does. Processors added after `install` are not
+wrapped: they see spans unscored, at once.
+
+`OTEL_EXPORTER_OTLP_*` and the rest of the exporter configuration are left to the SDK.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ragtrace.judges.base import Judge
+from ragtrace.judges.resolve import resolve_judge
+from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.redaction import Redactor
+from ragtrace.live.sampling import Sampler
+from ragtrace.scoring import SCORERS
+
+logger = logging.getLogger(__name__)
+
+ENV_PREFIX = "RAGTRACE_"
+
+
+class RagtraceSettings(BaseModel):
+    """Live-scoring settings; `from_env()` reads each field from `RAGTRACE_<FIELD>` (e.g. RAGTRACE_SAMPLE_RATE)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    judge: str = Field("local", min_length=1, description="'local' or a litellm model, e.g. openai/gpt-4o-mini")
+    judge_api_base: str | None = None
+    sample_rate: float = Field(0.1, ge=0.0, le=1.0)
+    mode: Literal["enrich", "link"] = "enrich"
+    target: Literal["retrieval", "generation", "root"] = "retrieval"
+    scorers: tuple[str, ...] = ("context_precision", "context_relevance", "context_recall")
+    max_queue: int = Field(1000, ge=1)
+    max_held_spans: int = Field(50_000, ge=1)
+    max_open_traces: int = Field(10_000, ge=1)
+    concurrency: int = Field(8, ge=1)
+    score_deadline: float = Field(30.0, gt=0)
+    max_trace_wait: float = Field(30.0, gt=0)
+    evaluations_per_minute: float | None = Field(None, gt=0)
+    daily_token_budget: int | None = Field(None, ge=0)
+    daily_usd_budget: float | None = Field(None, ge=0)
+    redact: bool = True
+    reason_max_chars: int = Field(500, ge=1)
+
+    @field_validator("scorers", mode="before")
+    @classmethod
+    def _split_scorers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("scorers")
+    @classmethod
+    def _known_scorers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [v for v in value if v not in SCORERS]
+        if unknown:
+            raise ValueError(f"unknown scorer(s) {unknown}; choose from {sorted(SCORERS)}")
+        if not value:
+            raise ValueError(f"at least one scorer is needed; choose from {sorted(SCORERS)}")
+        return value
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RagtraceSettings:
+        """Read `RAGTRACE_*` variables (unset or empty means the default). Raises ValueError naming the
+        variable, the problem and the value for anything that does not parse."""
+        env = os.environ if environ is None else environ
+        raw = {
+            name: value.strip()
+            for name in cls.model_fields
+            if (value := env.get(ENV_PREFIX + name.upper())) is not None and value.strip()
+        }
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors():
+                field = str(error["loc"][0]) if error["loc"] else "?"
+                shown = raw.get(field, "")
+                problems.append(f"{ENV_PREFIX}{field.upper()}={shown!r}: {error['msg']}")
+            raise ValueError("invalid ragtrace settings: " + "; ".join(problems)) from None
+
+    def processor_options(self) -> dict[str, Any]:
+        """The RagScoringSpanProcessor keyword arguments these settings stand for (judge excluded)."""
+        return {
+            "scorers": [SCORERS[name]() for name in self.scorers],
+            "sampler": Sampler(
+                self.sample_rate,
+                evaluations_per_minute=self.evaluations_per_minute,
+                daily_token_budget=self.daily_token_budget,
+                daily_usd_budget=self.daily_usd_budget,
+            ),
+            "mode": self.mode,
+            "target": self.target,
+            "max_trace_wait": self.max_trace_wait,
+            "score_deadline": self.score_deadline,
+            "max_queue": self.max_queue,
+            "max_held_spans": self.max_held_spans,
+            "max_open_traces": self.max_open_traces,
+            "concurrency": self.concurrency,
+            "redactor": Redactor() if self.redact else None,
+            "reason_max_chars": self.reason_max_chars,
+        }
+
+
+def _default_exporting() -> SpanProcessor:
+    """What a provider with no processor would normally get: OTLP export, configured by OTEL_* env."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    return BatchSpanProcessor(OTLPSpanExporter())
+
+
+def _sdk_provider(tracer_provider: TracerProvider | None) -> TracerProvider:
+    if tracer_provider is not None:
+        return tracer_provider
+    current = trace.get_tracer_provider()
+    if isinstance(current, TracerProvider):
+        return current
+    provider = TracerProvider()  # no SDK provider yet (plain API): make one, exporting over OTLP
+    provider.add_span_processor(_default_exporting())
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def install(
+    tracer_provider: TracerProvider | None = None,
+    *,
+    judge: str | Judge | None = None,
+    settings: RagtraceSettings | None = None,
+    meter_provider: MeterProvider | None = None,
+    **options: Any,
+) -> RagScoringSpanProcessor | None:
+    """Score RAG traces of `tracer_provider` (default: the global SDK provider) before they are exported.
+
+    Settings come from `RAGTRACE_*` env vars unless `settings` is given; `judge` and keyword `options`
+    (any RagScoringSpanProcessor argument) override them. Returns the processor, or None when
+    RAGTRACE_ENABLED is false. Installing twice on one provider returns the first processor.
+    """
+    settings = settings if settings is not None else RagtraceSettings.from_env()
+    if not settings.enabled:
+        logger.info("ragtrace: disabled by settings (RAGTRACE_ENABLED=false)")
+        return None
+    provider = _sdk_provider(tracer_provider)
+    active = provider._active_span_processor
+    existing = getattr(active, "_span_processors", None)
+    if not isinstance(existing, tuple):
+        raise TypeError(
+            f"cannot install ragtrace in front of {type(active).__name__}: expected the SDK's "
+            "SynchronousMultiSpanProcessor or ConcurrentMultiSpanProcessor"
+        )
+    for processor in existing:
+        if isinstance(processor, RagScoringSpanProcessor):
+            logger.warning("ragtrace: already installed on this TracerProvider")
+            return processor
+
+    if judge is None:
+        judge_options = {"api_base": settings.judge_api_base} if settings.judge_api_base else {}
+        resolved = resolve_judge(settings.judge, **judge_options)
+    else:
+        resolved = resolve_judge(judge)
+    kwargs = settings.processor_options()
+    kwargs["metrics"] = RagtraceMetrics(meter_provider)
+    kwargs.update(options)
+
+    with active._lock:
+        wrapped_processors = active._span_processors
+        exporting: SpanProcessor
+        if len(wrapped_processors) == 1:
+            exporting = wrapped_processors[0]
+        elif wrapped_processors:
+            exporting = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
+            for processor in wrapped_processors:
+                exporting.add_span_processor(processor)
+        else:
+            exporting = _default_exporting()
+        scoring = RagScoringSpanProcessor(exporting, judge=resolved, **kwargs)
+        active._span_processors = (scoring,)
+    return scoring
+
+
+def auto_install() -> None:
+    """Entry point for `opentelemetry-instrument` (group `opentelemetry_post_instrument`): install from
+    `RAGTRACE_*` env vars when RAGTRACE_JUDGE is set. Never raises into the app's startup."""
+    if not os.environ.get(ENV_PREFIX + "JUDGE"):
+        return
+    try:
+        install()
+    except Exception:
+        logger.exception("ragtrace: auto-install from RAGTRACE_* settings failed; traces are exported unscored")

@@ -1,0 +1,105 @@
+"""install() and RAGTRACE_* settings: wrapping a real provider's processors, env parsing, clear errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.setup import RagtraceSettings, install
+from tests.live.fakes import CountingProcessor, ScriptedJudge, rag_trace
+
+
+def test_settings_defaults_and_env() -> None:
+    assert RagtraceSettings.from_env({}) == RagtraceSettings()
+    s = RagtraceSettings.from_env({
+        "RAGTRACE_ENABLED": "true", "RAGTRACE_JUDGE": "openai/gpt-4o-mini",
+        "RAGTRACE_JUDGE_API_BASE": "http://127.0.0.1:9/v1", "RAGTRACE_SAMPLE_RATE": "0.25",
+        "RAGTRACE_MODE": "link", "RAGTRACE_TARGET": "root", "RAGTRACE_SCORERS": "context_precision, context_recall",
+        "RAGTRACE_MAX_QUEUE": "50", "RAGTRACE_SCORE_DEADLINE": "2.5", "RAGTRACE_EVALUATIONS_PER_MINUTE": "30",
+        "RAGTRACE_DAILY_TOKEN_BUDGET": "100000", "RAGTRACE_DAILY_USD_BUDGET": "", "OTHER": "x",
+    })
+    assert s.judge == "openai/gpt-4o-mini" and s.judge_api_base == "http://127.0.0.1:9/v1"
+    assert s.sample_rate == 0.25 and s.mode == "link" and s.target == "root"
+    assert s.scorers == ("context_precision", "context_recall")
+    assert s.max_queue == 50 and s.score_deadline == 2.5 and s.evaluations_per_minute == 30
+    assert s.daily_token_budget == 100_000 and s.daily_usd_budget is None
+    assert RagtraceSettings.from_env({"RAGTRACE_ENABLED": "0"}).enabled is False
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("RAGTRACE_SAMPLE_RATE", "2", "less than or equal to 1"),
+        ("RAGTRACE_SAMPLE_RATE", "ten", "valid number"),
+        ("RAGTRACE_MODE", "both", "'enrich' or 'link'"),
+        ("RAGTRACE_TARGET", "leaf", "'retrieval', 'generation' or 'root'"),
+        ("RAGTRACE_SCORERS", "context_precision,faithfulness", "unknown scorer"),
+        ("RAGTRACE_MAX_QUEUE", "0", "greater than or equal to 1"),
+        ("RAGTRACE_SCORE_DEADLINE", "-1", "greater than 0"),
+        ("RAGTRACE_ENABLED", "maybe", "valid boolean"),
+        ("RAGTRACE_DAILY_TOKEN_BUDGET", "1.5", "valid integer"),
+    ],
+)
+def test_bad_env_values_name_the_variable(name: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        RagtraceSettings.from_env({name: value})
+    text = str(info.value)
+    assert f"{name}={value!r}" in text and message in text
+
+
+def test_install_wraps_every_existing_processor() -> None:
+    first, second = CountingProcessor(), CountingProcessor()
+    provider = TracerProvider()
+    provider.add_span_processor(first)
+    provider.add_span_processor(second)
+    settings = RagtraceSettings(sample_rate=1.0, redact=False)
+    proc = install(provider, judge=ScriptedJudge(), settings=settings, tick_interval=0.01)
+    assert isinstance(proc, RagScoringSpanProcessor)
+    assert provider._active_span_processor._span_processors == (proc,)
+    assert install(provider, judge=ScriptedJudge(), settings=settings) is proc  # idempotent
+    ids = rag_trace(provider.get_tracer("t"))
+    end = time.monotonic() + 5
+    while len(second.spans) < len(ids) and time.monotonic() < end:
+        time.sleep(0.01)
+    for out in (first, second):
+        assert sorted(out.ids()) == sorted(ids)
+        (retrieval,) = out.by_name("retrieve")
+        assert (retrieval.attributes or {})["ragtrace.eval.status"] == "scored"
+    provider.shutdown()
+    assert first.shutdowns == 1 and second.shutdowns == 1
+
+
+def test_install_reads_env_and_options_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGTRACE_SAMPLE_RATE", "0")
+    monkeypatch.setenv("RAGTRACE_MODE", "link")
+    out = CountingProcessor()
+    provider = TracerProvider()
+    provider.add_span_processor(out)
+    proc = install(provider, judge=ScriptedJudge(), mode="enrich")
+    assert proc is not None
+    ids = rag_trace(provider.get_tracer("t"))
+    assert sorted(out.ids()) == sorted(ids)  # rate 0 from env: forwarded at once
+    assert proc.decisions == {"not_sampled": 1}
+    provider.shutdown()
+
+
+def test_disabled_leaves_the_provider_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGTRACE_ENABLED", "false")
+    out = CountingProcessor()
+    provider = TracerProvider()
+    provider.add_span_processor(out)
+    assert install(provider, judge=ScriptedJudge()) is None
+    assert provider._active_span_processor._span_processors == (out,)
+
+
+def test_judge_string_becomes_an_llm_judge() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(CountingProcessor())
+    settings = RagtraceSettings(judge="openai/gpt-4o-mini", judge_api_base="http://127.0.0.1:9/v1")
+    proc = install(provider, settings=settings)
+    assert proc is not None
+    assert proc._judge.model == "openai/gpt-4o-mini"
+    provider.shutdown()
