@@ -33,6 +33,11 @@ class CaptureLimits:
     # JSON attributes longer than this are not parsed at all: a bound on the worker's time per span.
     max_json_chars: int = 4_000_000
 
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"CaptureLimits.{name} must be a non-negative int, got {value!r}")
+
 
 DEFAULT_LIMITS = CaptureLimits()
 

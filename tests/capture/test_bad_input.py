@@ -165,3 +165,9 @@ def test_span_role_never_raises_and_is_none_for_junk() -> None:
     assert extract_samples([_Exploding(name="x", context=context)], stats=stats) == []
     assert extract_samples(None, stats=stats) == []  # type: ignore[arg-type]
     assert stats.counts["capture_error"] == 1
+
+
+def test_limits_reject_nonsense_at_construction() -> None:
+    with pytest.raises(ValueError, match="max_documents"):
+        CaptureLimits(max_documents=-1)
+    assert CaptureLimits(max_documents=0).max_documents == 0
