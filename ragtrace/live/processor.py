@@ -266,9 +266,10 @@ class RagScoringSpanProcessor(SpanProcessor):
         spans = trace.spans
         stats = CaptureStats()
         samples = extract_samples(spans, extractor=self._extractor, stats=stats)
-        if stats.counts:
+        if stats.counts:  # why spans could not be read: reported on the decision counter too
             with self._counts_lock:
                 self._capture_counts.update(stats.counts)
+                self._unreported.update(stats.counts)
         if not samples:
             self._count("not_rag")
             self._pass_through(trace)
