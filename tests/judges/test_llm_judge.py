@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm
+import pytest
 from litellm.integrations.custom_logger import CustomLogger
 from opentelemetry.instrumentation.utils import is_http_instrumentation_enabled, is_instrumentation_enabled
 
@@ -28,7 +30,7 @@ from ragtrace.judges import (
     VerdictCache,
     judge_and_score,
 )
-from ragtrace.judges.prompts import TokenCounter
+from ragtrace.judges.prompts import TokenCounter, cut_to_budget, parse_json
 from ragtrace.scoring import (
     Aspect,
     ContextPrecision,
@@ -317,9 +319,9 @@ def test_cache_can_be_shared_or_disabled(judge_server: JudgeServer) -> None:
 
 
 def test_concurrency_limit_is_honoured(judge_server: JudgeServer) -> None:
-    judge_server.default = Valid(delay=0.2)
+    judge_server.default = Valid(delay=0.4)
     judge = make_judge(judge_server, concurrency=2)
-    samples = [SAMPLE.model_copy(update={"query": f"What is the capital of France? ({i})"}) for i in range(6)]
+    samples = [SAMPLE.model_copy(update={"query": f"What is the capital of France? ({i})"}) for i in range(4)]
 
     async def run_all() -> list[SampleScores]:
         return await asyncio.gather(*(judge_and_score(s, default_scorers(), judge) for s in samples))
@@ -330,7 +332,7 @@ def test_concurrency_limit_is_honoured(judge_server: JudgeServer) -> None:
 
     assert all(errors(r) == {None} for r in results)
     assert judge_server.max_in_flight == 2
-    assert elapsed >= 0.6  # 6 calls of 0.2 s, 2 at a time
+    assert elapsed >= 0.8  # 4 calls of 0.4 s, 2 at a time
 
 
 def test_requests_per_minute_spaces_the_calls(judge_server: JudgeServer) -> None:
@@ -434,3 +436,45 @@ def test_only_the_scorers_asked_for_are_in_the_schema(judge_server: JudgeServer)
     fields = schema_fields(judge_server.requests[0])
     assert "useful" in fields and "claims" in fields
     assert not {"level", "used", "missing"} & fields
+
+
+def test_cost_is_priced_for_a_model_litellm_knows(judge_server: JudgeServer) -> None:
+    judge = LLMJudge("openai/gpt-4o-mini", api_base=judge_server.url + "/v1", api_key="sk-test")
+    result = score(judge)
+    usage = result.usage
+    price = litellm.model_cost["gpt-4o-mini"]
+    expected = (
+        usage.input_tokens * price["input_cost_per_token"]
+        + usage.output_tokens * price["output_cost_per_token"]
+    )
+    assert usage.cost_usd == pytest.approx(expected)
+
+
+def test_connection_refused_is_judge_unavailable() -> None:
+    with socket.socket() as s:  # a port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    judge = LLMJudge(
+        "openai/judge-test", api_base=f"http://127.0.0.1:{port}/v1", api_key="sk-test",
+        max_retries=1, backoff_base=0.01,
+    )
+    result = score(judge)
+    assert errors(result) == {"judge_unavailable"}
+    assert result.results[0].usage.calls == 2
+
+
+@pytest.mark.parametrize("unit", ["Paris is a city on the Seine. ", "東京は日本の首都です。", "🙂🙃 "])
+def test_cut_to_budget_never_exceeds_it(unit: str) -> None:
+    count = TokenCounter("openai/judge-test")
+    kept, cut = cut_to_budget(unit * 300, 50, count)
+    assert cut and count(kept) <= 50
+    assert count(kept) >= 25  # and it does not throw most of the budget away
+    assert cut_to_budget(unit, 50, count) == (unit, False)
+
+
+def test_parse_json_accepts_bare_fenced_and_wrapped_objects() -> None:
+    assert parse_json('{"a": 1}') == {"a": 1}
+    assert parse_json('Sure:\n```json\n{"a": 1}\n```') == {"a": 1}
+    assert parse_json('The verdicts are {"a": [1, 2]} as asked.') == {"a": [1, 2]}
+    with pytest.raises(ValueError, match="not JSON"):
+        parse_json("no json here")
