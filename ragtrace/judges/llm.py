@@ -268,7 +268,7 @@ class LLMJudge:
                     ) from exc
                 history += retry_messages(content, _short(exc, 1500))
                 continue
-            truncated = render(self._mode).truncated
+            truncated = next(iter(prompts.values())).truncated  # the same cut in every mode
             if key is not None and self.cache is not None:
                 self.cache.put(key, CachedVerdicts(verdicts, truncated))
             return Judgement(verdicts, tally.usage(), truncated)
@@ -351,9 +351,10 @@ class LLMJudge:
             finally:
                 otel_context.detach(token)  # type: ignore[arg-type]
             tally.add(response, litellm)
+            content = str(response.choices[0].message.content or "")
             if self.budget is not None:
-                self.budget.spend(tally_tokens(response))
-            return str(response.choices[0].message.content or "")
+                self.budget.spend(_spent_tokens(response, messages, content, self._count))
+            return content
 
     # --- plumbing --------------------------------------------------------------------------------------
 
@@ -379,9 +380,13 @@ class LLMJudge:
         return random.uniform(ceiling / 2, ceiling)
 
 
-def tally_tokens(response: Any) -> int:
+def _spent_tokens(response: Any, messages: list[dict[str, str]], content: str, count: TokenCounter) -> int:
+    """Tokens a call cost, for the budget: the provider's count, or our own when it reports none."""
     usage = getattr(response, "usage", None)
-    return int(getattr(usage, "prompt_tokens", 0) or 0) + int(getattr(usage, "completion_tokens", 0) or 0)
+    spent = int(getattr(usage, "prompt_tokens", 0) or 0) + int(getattr(usage, "completion_tokens", 0) or 0)
+    if spent:
+        return spent
+    return count("\n".join(m["content"] for m in messages)) + count(content)
 
 
 def _rejects_format(exc: BaseException, status: int | None) -> bool:

@@ -362,6 +362,16 @@ def test_daily_budget_stops_calls_once_spent(judge_server: JudgeServer) -> None:
     assert len(judge_server.requests) == 1
 
 
+def test_budget_still_counts_when_the_server_reports_no_usage(judge_server: JudgeServer) -> None:
+    judge_server.report_usage = False
+    budget = DailyTokenBudget(10_000)
+    result = score(make_judge(judge_server, daily_token_budget=budget))
+
+    assert errors(result) == {None}
+    prompt_tokens = TokenCounter("openai/judge-test")(user_prompt(judge_server.requests[0]))
+    assert budget.spent() > prompt_tokens  # our own count of prompt and answer
+
+
 # --- prompt contents ---------------------------------------------------------------------------------------
 
 

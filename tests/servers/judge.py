@@ -225,6 +225,7 @@ class JudgeServer:
     def __init__(self) -> None:
         self.default: Behaviour = Valid()
         self.reject_formats: set[str] = set()
+        self.report_usage = True  # some local servers send no `usage`
         self.requests: list[dict[str, Any]] = []
         self.usages: list[dict[str, int]] = []
         self.in_flight = 0
@@ -282,7 +283,7 @@ class JudgeServer:
             "choices": [
                 {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
             ],
-            "usage": usage,
+            **({"usage": usage} if self.report_usage else {}),
         }
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
