@@ -125,15 +125,24 @@ def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events:
     The added attributes are not subject to the span's attribute limit (the scores are the point), and
     the original dropped counts are carried over so exporters still report them.
     """
-    old_attrs = span.attributes or {}
-    merged = BoundedAttributes(maxlen=None, attributes={**old_attrs, **attributes}, immutable=True)
-    merged.dropped = span.dropped_attributes
-    all_events: BoundedList[Event] = BoundedList(maxlen=None)
-    all_events.extend((*span.events, *events))
-    all_events.dropped = span.dropped_events
-    links: BoundedList[Link] = BoundedList(maxlen=None)
-    links.extend(span.links)
-    links.dropped = span.dropped_links
+    merged: Mapping[str, AttributeValue] = {**(span.attributes or {}), **attributes}
+    all_events: Sequence[Event] = (*span.events, *events)
+    links: Sequence[Link] = span.links
+    # Bounded containers only where they carry a dropped count the exporter must still report.
+    if span.dropped_attributes:
+        bounded = BoundedAttributes(maxlen=None, attributes=merged, immutable=True)
+        bounded.dropped = span.dropped_attributes
+        merged = bounded
+    if span.dropped_events:
+        bounded_events: BoundedList[Event] = BoundedList(maxlen=None)
+        bounded_events.extend(all_events)
+        bounded_events.dropped = span.dropped_events
+        all_events = bounded_events
+    if span.dropped_links:
+        bounded_links: BoundedList[Link] = BoundedList(maxlen=None)
+        bounded_links.extend(links)
+        bounded_links.dropped = span.dropped_links
+        links = bounded_links
     return ReadableSpan(
         name=span.name,
         context=span.context,

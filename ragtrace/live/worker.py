@@ -27,7 +27,7 @@ from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ScoreJob:
     """One sample to judge before `deadline` (time.monotonic); `on_done` runs on the worker thread."""
 
@@ -37,14 +37,14 @@ class ScoreJob:
     on_done: Callable[[Evaluation, float], None]  # (evaluation, judge duration in seconds)
 
 
-def _timed_out(job: ScoreJob) -> Evaluation:
+def _timed_out(job: ScoreJob) -> tuple[ScoreResult, ...]:
     results: list[ScoreResult] = []
     for scorer in job.scorers:
         reason = scorer.skip_reason(job.sample)
         results.append(
             scorer.skipped(reason) if reason else scorer.failed("judge_timeout", "no score before the deadline")
         )
-    return Evaluation(results=tuple(results), usage=JudgeUsage(), timed_out=True)
+    return tuple(results)
 
 
 class ScoringWorker:
@@ -60,6 +60,8 @@ class ScoringWorker:
         tick_interval: float = 0.05,
     ) -> None:
         self._judge = judge
+        self._model = str(getattr(judge, "model", ""))
+        self._prompt_version = str(getattr(judge, "prompt_version", ""))
         self._concurrency = concurrency
         self.max_queue = max_queue
         self._on_tick = on_tick
@@ -98,35 +100,26 @@ class ScoringWorker:
 
     async def _run(self, job: ScoreJob) -> None:
         started = time.monotonic()
+        timed_out = False
+        results: tuple[ScoreResult, ...] = ()
+        usage = JudgeUsage()
         try:
-            evaluation = await asyncio.wait_for(self._judge_job(job), max(job.deadline - started, 0.0))
-        except TimeoutError:
-            evaluation = _timed_out(job)
-        except asyncio.CancelledError:
-            evaluation = _timed_out(job)
+            async with asyncio.timeout(max(job.deadline - started, 0.0)):
+                assert self._sem is not None
+                async with self._sem:
+                    scores = await judge_and_score(job.sample, job.scorers, self._judge)
+            results, usage = scores.results, scores.usage
+        except (TimeoutError, asyncio.CancelledError):
+            timed_out = True
+            results = _timed_out(job)
         except Exception as exc:  # a scorer bug costs the score, never the worker
             logger.exception("ragtrace: scoring failed")
-            evaluation = Evaluation(
-                results=tuple(s.failed("internal_error", f"{type(exc).__name__}: {exc}") for s in job.scorers),
-                usage=JudgeUsage(),
-            )
-        evaluation = Evaluation(
-            results=evaluation.results,
-            usage=evaluation.usage,
-            timed_out=evaluation.timed_out,
-            model=str(getattr(self._judge, "model", "")),
-            prompt_version=str(getattr(self._judge, "prompt_version", "")),
-        )
+            results = tuple(s.failed("internal_error", f"{type(exc).__name__}: {exc}") for s in job.scorers)
+        evaluation = Evaluation(results, usage, timed_out, self._model, self._prompt_version)
         try:
             job.on_done(evaluation, time.monotonic() - started)
         except Exception:
             logger.exception("ragtrace: handling a score failed")
-
-    async def _judge_job(self, job: ScoreJob) -> Evaluation:
-        assert self._sem is not None
-        async with self._sem:
-            scores = await judge_and_score(job.sample, job.scorers, self._judge)
-        return Evaluation(results=scores.results, usage=scores.usage)
 
     def _tick(self) -> None:
         if self._on_tick is not None:

@@ -347,3 +347,30 @@ def test_bad_options_are_rejected() -> None:
     for bad in ({"mode": "both"}, {"target": "leaf"}, {"max_queue": 0}, {"score_deadline": 0}):
         with pytest.raises(ValueError):
             RagScoringSpanProcessor(CountingProcessor(), judge=ScriptedJudge(), **bad)  # type: ignore[arg-type]
+
+
+def test_dropped_counts_survive_enrichment(rig: Callable[..., Rig]) -> None:
+    from opentelemetry.sdk.trace import SpanLimits
+
+    out = CountingProcessor()
+    proc = RagScoringSpanProcessor(out, judge=ScriptedJudge(), sampler=Sampler(rate=1.0), tick_interval=0.01)
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=3))
+    provider.add_span_processor(proc)
+    tracer = provider.get_tracer("limits")
+    root = tracer.start_span("root")
+    from opentelemetry.trace import set_span_in_context
+
+    from tests.live.fakes import documents
+
+    with tracer.start_as_current_span("retrieve", context=set_span_in_context(root)) as s:
+        s.set_attribute("extra.one", 1)  # the SDK drops the oldest attributes past the limit
+        s.set_attribute("extra.two", 2)
+        s.set_attribute("gen_ai.operation.name", "retrieval")
+        s.set_attribute("gen_ai.retrieval.query.text", "fast: q")
+        s.set_attribute("gen_ai.retrieval.documents", documents(["good"]))
+    root.end()
+    assert wait_until(lambda: len(out.spans) == 2)
+    span = retrieval(out)
+    assert span.dropped_attributes == 2
+    assert (span.attributes or {})["ragtrace.eval.status"] == "scored"
+    provider.shutdown()
