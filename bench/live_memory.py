@@ -1,0 +1,224 @@
+"""Memory stays bounded under overload: 100,000 traces at 100 % sampling against a judge that takes 1 s.
+
+The judge serves 8 samples a second, so nearly everything overflows: the job queue (max_queue), the held
+spans (max_held_spans) and the open traces (max_open_traces) all fill up, and overflow is forwarded
+unscored and counted. We report the peak RSS growth next to the bound the limits imply (held spans x
+the measured size of one held span, plus queued jobs), and check that every span was exported exactly
+once (a count and two checksums of span ids, so the check itself costs no memory).
+
+    python bench/live_memory.py            # prints JSON; ~1-2 minutes
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import argparse
+import asyncio
+import gc
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.trace import Tracer, set_span_in_context
+
+from ragtrace.judges.base import Judgement, JudgeRequest
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.sampling import Sampler
+from ragtrace.scoring import ContextVerdict, JudgeUsage, Verdicts
+
+DOCS = json.dumps([
+    {"id": f"doc-{i}", "score": 0.9 - i / 10, "content": f"passage {i} " + "lorem ipsum dolor sit amet " * 8}
+    for i in range(5)
+])
+ANSWER = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "an answer " * 20}]}])
+PRIME = (1 << 61) - 1
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Checksum:
+    """Count, sum and sum of squares of span ids: equal on both sides iff (w.h.p.) the same multiset."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
+        self.squares = 0
+        self._lock = threading.Lock()
+
+    def add(self, span_id: int) -> None:
+        with self._lock:
+            self.count += 1
+            self.total = (self.total + span_id) % PRIME
+            self.squares = (self.squares + span_id * span_id) % PRIME
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checksum) and (self.count, self.total, self.squares) == (
+            other.count, other.total, other.squares)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Exported(SpanProcessor):
+    def __init__(self) -> None:
+        self.sum = Checksum()
+        self.evaluation_spans = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None:
+            self.sum.add(span.context.span_id)
+
+
+class Entry(SpanProcessor):
+    """In front of ragtrace: what entered."""
+
+    def __init__(self, inner: SpanProcessor) -> None:
+        self.inner = inner
+        self.sum = Checksum()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None:
+            self.sum.add(span.context.span_id)
+        self.inner.on_end(span)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class SlowJudge:
+    model = "bench/slow"
+    prompt_version = "bench-v1"
+    fused = True
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        await asyncio.sleep(1.0)
+        contexts = [ContextVerdict(index=i, useful=True, level="high", used=True)
+                    for i in range(len(request.sample.contexts))]
+        return Judgement(Verdicts(contexts=contexts), JudgeUsage(calls=1, model=self.model))
+
+
+def rag_trace(tracer: Tracer) -> None:
+    with tracer.start_as_current_span("request") as root:
+        ctx = set_span_in_context(root)
+        with tracer.start_as_current_span("auth", context=ctx):
+            pass
+        with tracer.start_as_current_span("retrieve", context=ctx) as r:
+            r.set_attribute("gen_ai.operation.name", "retrieval")
+            r.set_attribute("gen_ai.retrieval.query.text", "what is lorem ipsum?")
+            r.set_attribute("gen_ai.retrieval.documents", DOCS)
+        with tracer.start_as_current_span("chat", context=ctx) as g:
+            g.set_attribute("gen_ai.operation.name", "chat")
+            g.set_attribute("gen_ai.output.messages", ANSWER)
+        with tracer.start_as_current_span("render", context=ctx):
+            pass
+
+
+def bytes_per_held_span(n: int = 20_000) -> float:
+    """RSS cost of keeping n ended spans of this workload alive (what the held store pays per span)."""
+    kept: list[ReadableSpan] = []
+
+    class Keep(SpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            kept.append(span)
+
+    provider = TracerProvider()
+    provider.add_span_processor(Keep())
+    tracer = provider.get_tracer("calibrate")
+    gc.collect()
+    before = rss_mb()
+    while len(kept) < n:
+        rag_trace(tracer)
+    after = rss_mb()
+    per = (after - before) * 1024 * 1024 / len(kept)
+    kept.clear()
+    gc.collect()
+    return per
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--traces", type=int, default=100_000)
+    parser.add_argument("--max-held-spans", type=int, default=20_000)
+    parser.add_argument("--max-open-traces", type=int, default=5_000)
+    parser.add_argument("--max-queue", type=int, default=1000)
+    parser.add_argument("--score-deadline", type=float, default=5.0)
+    args = parser.parse_args()
+
+    per_span = bytes_per_held_span()
+    exported = Exported()
+    proc = RagScoringSpanProcessor(
+        exported, judge=SlowJudge(), sampler=Sampler(1.0), max_held_spans=args.max_held_spans,
+        max_open_traces=args.max_open_traces, max_queue=args.max_queue, score_deadline=args.score_deadline,
+        max_trace_wait=args.score_deadline,
+    )
+    entry = Entry(proc)
+    provider = TracerProvider()
+    provider.add_span_processor(entry)
+    tracer = provider.get_tracer("live-memory")
+
+    gc.collect()
+    baseline = rss_mb()
+    peaks = {"rss": baseline, "held": 0, "queue": 0, "open": 0}
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peaks["rss"] = max(peaks["rss"], rss_mb())
+            peaks["held"] = max(peaks["held"], proc.held_spans)
+            peaks["queue"] = max(peaks["queue"], proc.queue_depth)
+            peaks["open"] = max(peaks["open"], proc.open_traces)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    for _ in range(args.traces):
+        rag_trace(tracer)
+    produced_s = time.monotonic() - started
+    provider.shutdown()
+    done.set()
+    watcher.join()
+
+    growth = peaks["rss"] - baseline
+    # What the limits allow: held spans at their measured size, plus queued jobs (a sample copy each,
+    # ~ the size of one retrieval span's documents) plus a fixed allowance for interpreter/allocator slack.
+    bound_mb = (args.max_held_spans * per_span + args.max_queue * 4096) / 2**20 + 32
+    print(json.dumps({
+        "traces": args.traces,
+        "spans_entered": entry.sum.count,
+        "spans_exported": exported.sum.count,
+        "exactly_once": entry.sum == exported.sum,
+        "peak_rss_growth_mb": round(growth, 1),
+        "bound_mb": round(bound_mb, 1),
+        "within_bound": growth <= bound_mb,
+        "unbounded_estimate_mb": round(entry.sum.count * per_span / 2**20, 1),
+        "bytes_per_held_span": round(per_span),
+        "peak_held_spans": peaks["held"],
+        "peak_queue_depth": peaks["queue"],
+        "peak_open_traces": peaks["open"],
+        "limits": {"max_held_spans": args.max_held_spans, "max_open_traces": args.max_open_traces,
+                   "max_queue": args.max_queue, "score_deadline_s": args.score_deadline},
+        "decisions": proc.decisions,
+        "produce_s": round(produced_s, 1),
+        "total_s": round(time.monotonic() - started, 1),
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
