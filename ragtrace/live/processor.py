@@ -10,8 +10,10 @@ all happen on the background worker. Every span that enters leaves exactly once,
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
@@ -127,16 +129,34 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._capture_counts: Counter[str] = Counter()
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
-        self._worker = ScoringWorker(
-            judge, concurrency=concurrency, max_queue=max_queue, on_tick=self._tick,
-            tick_interval=tick_interval,
-        )
-        self._worker.start()
+        self._concurrency, self._max_queue, self._tick_interval = concurrency, max_queue, tick_interval
+        self._worker = self._start_worker()
+        if hasattr(os, "register_at_fork"):  # like the SDK's BatchSpanProcessor: a fresh worker per child
+            after_fork = weakref.WeakMethod(self._after_fork_in_child)
+            os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
         if metrics is not None:
             try:
                 metrics.observe(lambda: self._worker.depth, lambda: self._store.held)
             except Exception:
                 logger.exception("ragtrace: metrics.observe failed")
+
+    def _start_worker(self) -> ScoringWorker:
+        worker = ScoringWorker(
+            self._judge, concurrency=self._concurrency, max_queue=self._max_queue, on_tick=self._tick,
+            tick_interval=self._tick_interval,
+        )
+        worker.start()
+        return worker
+
+    def _after_fork_in_child(self) -> None:
+        """The worker thread does not survive fork, and the parent exports what it held: start empty."""
+        self._store = SpanStore(
+            max_held_spans=self._store.max_held_spans, max_open_traces=self._store.max_open_traces
+        )
+        self._counts_lock = threading.Lock()
+        self._shutdown_lock = threading.Lock()
+        if not self._shutdown:
+            self._worker = self._start_worker()
 
     # --- introspection (tests, health) ------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -374,3 +375,27 @@ def test_dropped_counts_survive_enrichment(rig: Callable[..., Rig]) -> None:
     assert span.dropped_attributes == 2
     assert (span.attributes or {})["ragtrace.eval.status"] == "scored"
     provider.shutdown()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_scores_with_its_own_worker(rig: Callable[..., Rig]) -> None:
+    r = rig()
+    parent_ids = rag_trace(r.tracer, end_root=False)  # held in the parent when it forks
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: parent's held spans are not ours to export; new traces are scored
+        ok = False
+        try:
+            r.out.spans.clear()
+            ids = rag_trace(r.tracer)
+            ok = wait_until(lambda: len(r.out.spans) == len(ids), timeout=5) and r.proc.held_spans == 0 and (
+                retrieval(r.out).attributes or {}
+            ).get("ragtrace.eval.status") == "scored"
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.waitpid(pid, 0)
+    r.proc.force_flush(500)
+    assert r.exported_once(parent_ids[1:])
