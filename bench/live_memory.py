@@ -151,6 +151,42 @@ def bytes_per_held_span(n: int = 20_000) -> float:
     return per
 
 
+def bytes_per_job(n: int = 2000) -> float:
+    """RSS cost of one queued scoring job (task, coroutine frames, sample copy) with the judge waiting."""
+    from ragtrace.capture import extract_samples
+    from ragtrace.live.worker import ScoreJob, ScoringWorker
+    from ragtrace.scoring import ContextPrecision, ContextRelevance
+
+    spans: list[ReadableSpan] = []
+
+    class Keep(SpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            spans.append(span)
+
+    provider = TracerProvider()
+    provider.add_span_processor(Keep())
+    rag_trace(provider.get_tracer("calibrate"))
+    template = extract_samples(spans)[0].sample
+    worker = ScoringWorker(SlowJudge(), concurrency=8, max_queue=n)
+    worker.start()
+    gc.collect()
+    before = rss_mb()
+    scorers = (ContextPrecision(), ContextRelevance())
+    jobs = [ScoreJob(template.model_copy(deep=True), scorers, time.monotonic() + 60, lambda e, d: None)
+            for _ in range(n)]
+
+    def submit_all() -> None:
+        for job in jobs:
+            worker.submit(job)
+
+    worker.call(submit_all, 10)
+    jobs.clear()
+    time.sleep(0.2)
+    per = (rss_mb() - before) * 1024 * 1024 / n
+    worker.stop()
+    return per
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=int, default=100_000)
@@ -161,6 +197,7 @@ def main() -> None:
     args = parser.parse_args()
 
     per_span = bytes_per_held_span()
+    per_job = bytes_per_job()
     exported = Exported()
     proc = RagScoringSpanProcessor(
         exported, judge=SlowJudge(), sampler=Sampler(1.0), max_held_spans=args.max_held_spans,
@@ -196,9 +233,9 @@ def main() -> None:
     watcher.join()
 
     growth = peaks["rss"] - baseline
-    # What the limits allow: held spans at their measured size, plus queued jobs (a sample copy each,
-    # ~ the size of one retrieval span's documents) plus a fixed allowance for interpreter/allocator slack.
-    bound_mb = (args.max_held_spans * per_span + args.max_queue * 4096) / 2**20 + 32
+    # What the limits allow: held spans and queued jobs at their measured sizes, plus a fixed 32 MB for
+    # the open-trace index, the closed-id memory and allocator slack (pymalloc keeps freed arenas).
+    bound_mb = (args.max_held_spans * per_span + args.max_queue * per_job) / 2**20 + 32
     print(json.dumps({
         "traces": args.traces,
         "spans_entered": entry.sum.count,
@@ -209,6 +246,7 @@ def main() -> None:
         "within_bound": growth <= bound_mb,
         "unbounded_estimate_mb": round(entry.sum.count * per_span / 2**20, 1),
         "bytes_per_held_span": round(per_span),
+        "bytes_per_queued_job": round(per_job),
         "peak_held_spans": peaks["held"],
         "peak_queue_depth": peaks["queue"],
         "peak_open_traces": peaks["open"],
