@@ -26,6 +26,7 @@ from ragtrace.capture.values import (
     last_user_text,
     messages_of,
     parse_json,
+    plain,
 )
 from ragtrace.scoring import Document
 
@@ -87,12 +88,16 @@ def read_retrieval(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, note
         if not isinstance(parsed, list):
             raise Skip("invalid_documents_json")
         items = parsed
-    elif isinstance(raw, tuple | list):  # a sequence of JSON objects, one per document
+    elif isinstance(raw, tuple | list):  # structured (AnyValue) documents, or one JSON string per document
         for entry in raw[: limits.max_documents + 1]:
-            try:
-                items.append(parse_json(entry, limits, "invalid_documents_json"))
-            except Skip:
-                items.append(entry)  # a plain string document
+            if isinstance(entry, str) and entry.lstrip().startswith("{"):
+                try:
+                    items.append(parse_json(entry, limits, "invalid_documents_json"))
+                    continue
+                except Skip as skip:
+                    notes.add(skip.reason)
+                    continue
+            items.append(plain(entry))  # a mapping, or a plain string document
         if len(raw) > limits.max_documents:
             notes.add("too_many_documents")
     else:
@@ -113,6 +118,8 @@ def _messages(span: ReadableSpan, attrs: Attrs, key: str, limits: CaptureLimits,
     raw = _attribute(span, attrs, key)
     if raw is None:
         return []
+    if isinstance(raw, tuple | list):  # structured (AnyValue) messages
+        return messages_of(plain(raw))
     try:
         return messages_of(parse_json(raw, limits, "invalid_messages_json"))
     except Skip as skip:

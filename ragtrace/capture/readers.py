@@ -34,6 +34,10 @@ _MARKERS = frozenset(
 )
 
 
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
     """(role, convention, shape) of a span, or None when it is neither retrieval nor generation.
 
@@ -48,6 +52,7 @@ def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
         return None
     if genai.OPERATION in present:
         operation = attrs[genai.OPERATION]
+        operation = operation if isinstance(operation, str) else ""  # a list value is not hashable
         if operation in genai.RETRIEVAL_OPERATIONS:
             return "retrieval", "genai", "genai"
         if operation in genai.GENERATION_OPERATIONS:
@@ -61,13 +66,13 @@ def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
             return "generation", "openinference", "openinference"
     if (
         openllmetry.SPAN_KIND in present
-        and attrs[openllmetry.SPAN_KIND] in openllmetry.TASK_KINDS
+        and _text(attrs[openllmetry.SPAN_KIND]) in openllmetry.TASK_KINDS
         and openllmetry.is_retriever_task(span, attrs)
     ):
         return "retrieval", "openllmetry", "task"
     if present & _DB_SYSTEMS and openllmetry.db_system(attrs) is not None and openllmetry.is_vector_query(span, attrs):
         return "retrieval", "openllmetry", "vector_db"
-    if LLM_REQUEST_TYPE in present and attrs[LLM_REQUEST_TYPE] in LLM_REQUEST_TYPES:
+    if LLM_REQUEST_TYPE in present and _text(attrs[LLM_REQUEST_TYPE]) in LLM_REQUEST_TYPES:
         return "generation", "openllmetry", "genai"
     if present & _OUTPUTS:
         return "generation", "genai", "genai"

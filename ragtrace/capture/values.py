@@ -127,6 +127,17 @@ def as_id(value: Any) -> str | None:
     return None
 
 
+def plain(value: Any, depth: int = 0) -> Any:
+    """A structured (AnyValue) attribute as plain lists and dicts, like parsed JSON; too deep becomes None."""
+    if depth > 2 * _MAX_DEPTH:
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v, depth + 1) for v in value]
+    return value
+
+
 def parse_json(value: Any, limits: CaptureLimits, reason: str) -> Any:
     """Parse a JSON string attribute; raise Skip(reason) when it is not valid JSON or too big to parse."""
     if not isinstance(value, str):

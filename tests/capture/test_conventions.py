@@ -288,3 +288,24 @@ def test_heuristic_spans_without_documents_are_passed_over(traces: Traces) -> No
     stats = CaptureStats()
     assert extract_samples(traces.finished(), stats=stats) == []
     assert stats.counts == {"no_documents": 1}  # the `_query` span is not a retrieval at all
+
+
+def test_genai_structured_anyvalue_attributes(traces: Traces) -> None:
+    """The SDK accepts structured (AnyValue) attributes; the semconv prefers them to JSON strings."""
+    root = traces.open("rag")
+    traces.span(
+        "retrieval", {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.query.text": "q",
+                      "gen_ai.retrieval.documents": [{"id": "s1", "score": 0.7, "content": "structured doc"}]},
+        parent=root, start=1, end=2,
+    )
+    traces.span(
+        "chat", {"gen_ai.operation.name": "chat",
+                 "gen_ai.output.messages": [{"role": "assistant", "parts": [{"type": "text", "content": "ok"}]}]},
+        parent=root, start=3, end=4,
+    )
+    traces.close(root, 5)
+    stats = CaptureStats()
+    [captured] = extract_samples(traces.finished(), stats=stats)
+    assert captured.sample.contexts[0].model_dump() == {"content": "structured doc", "id": "s1", "score": 0.7}
+    assert captured.sample.response == "ok"
+    assert not stats.counts

@@ -44,7 +44,10 @@ scalars = (
     st.text(max_size=30) | st.sampled_from(ROLE_WORDS) | st.integers() | st.floats(allow_nan=True)
     | st.booleans() | json_values.map(json.dumps)
 )
-values = scalars | st.lists(st.text(max_size=10), max_size=3) | st.lists(st.integers(), max_size=3)
+values = (
+    scalars | st.lists(st.text(max_size=10), max_size=3) | st.lists(st.integers(), max_size=3)
+    | st.lists(json_values, max_size=3)  # structured (AnyValue) attributes
+)
 # A role marker makes most spans reach a reader; the rest of the attributes are arbitrary.
 MARKERS: list[dict[str, Any]] = [
     {}, {"gen_ai.operation.name": "retrieval"}, {"gen_ai.operation.name": "chat"},
@@ -74,7 +77,7 @@ _tracer = _provider.get_tracer("fuzz")
 _LIMITS = CaptureLimits(max_documents=3, max_context_chars=10, max_query_chars=10, max_response_chars=10)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(span_specs)
 def test_arbitrary_spans_never_raise(specs: list[tuple[dict[str, Any], list[Any], int, int, int]]) -> None:
     _exporter.clear()
