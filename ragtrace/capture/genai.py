@@ -35,6 +35,7 @@ RETRIEVAL_OPERATIONS = frozenset({"retrieval", "retrieve"})
 GENERATION_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 DOCUMENTS = "gen_ai.retrieval.documents"
 QUERY = "gen_ai.retrieval.query.text"
+QUERY_OLDER = "gen_ai.retrieval.query"  # written by some pre-release GenAI retrieval instrumentations
 DATA_SOURCE = "gen_ai.data_source.id"
 INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
@@ -103,6 +104,8 @@ def read_retrieval(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, note
     else:
         raise Skip("wrong_attribute_type")
     query = _attribute(span, attrs, QUERY)
+    if query is None:
+        query = attrs.get(QUERY_OLDER)
     if query is not None and not isinstance(query, str):
         notes.add("wrong_attribute_type")
     source = attrs.get(DATA_SOURCE)

@@ -354,7 +354,8 @@ def extract_samples(
 
     Never raises: a span that cannot be read is passed over and `stats` counts why
     (`invalid_documents_json`, `wrong_attribute_type`, `no_query`, `too_many_documents`, ...).
-    Samples come out in the order their retrievals started.
+    Samples come out in the order their retrievals started. An `extractor` runs first; its non-empty
+    result is the answer, and when it raises (`extractor_error`) or returns nothing, the readers run.
     """
     stats = stats if stats is not None else CaptureStats()
     try:

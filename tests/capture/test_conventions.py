@@ -309,3 +309,13 @@ def test_genai_structured_anyvalue_attributes(traces: Traces) -> None:
     assert captured.sample.contexts[0].model_dump() == {"content": "structured doc", "id": "s1", "score": 0.7}
     assert captured.sample.response == "ok"
     assert not stats.counts
+
+
+def test_genai_pre_release_query_attribute_and_retrieve_operation(traces: Traces) -> None:
+    root = traces.open("rag")
+    traces.span("retrieve", {"gen_ai.operation.name": "retrieve", "gen_ai.retrieval.query": "older q",
+                             "gen_ai.retrieval.documents": genai_docs(("a", "alpha", 1.0))},
+                parent=root, start=1, end=2)
+    traces.close(root, 3)
+    [captured] = extract_samples(traces.finished())
+    assert captured.sample.query == "older q"
