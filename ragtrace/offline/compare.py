@@ -204,7 +204,7 @@ def compare(
         paired_delta = _mean([c.delta for c in changes])
         old_mean, new_mean = _mean(old_scores), _mean(new_scores)
         significant = test.method != "none" and test.p_value < alpha
-        dropped = sorted((c for c in changes if c.delta < 0), key=lambda c: (c.delta, c.key))
+        dropped = sorted((c for c in changes if c.delta < 0), key=lambda c: c.delta)  # stable: data order
         results[scorer] = ScorerComparison(
             scorer=scorer,
             baseline_mean=old_mean,
