@@ -473,8 +473,9 @@ class RagScoringSpanProcessor(SpanProcessor):
             for trace in self._store.take_closing(self._max_trace_wait, everything=True):
                 self._count("timeout")
                 self._pass_through(trace)
-        # Wait for the traces that are still waiting for scores (not for jobs whose trace is gone).
-        while self._store.pending_traces and time.monotonic() < deadline:
+        # Wait for the traces that are still waiting for scores (not for jobs whose trace is gone);
+        # never on the worker's own thread (a judge flushing the provider), which would deadlock it.
+        while self._store.pending_traces and time.monotonic() < deadline and not self._worker.on_loop:
             time.sleep(0.005)
         for pending in self._store.pop_expired(time.monotonic(), everything=True):
             self._release(pending)
