@@ -3,8 +3,10 @@
 Workload per trace: a root, 2 plain children, 1 retrieval (5 documents), 1 generation = 5 spans, through
 a real TracerProvider into a BatchSpanProcessor with a null exporter. Variant B puts a
 RagScoringSpanProcessor (10 % sampling, a judge that answers at once) in front. Rounds alternate A and B
-and the median ratio is reported. `on_end_p99_us` times the processor's own `on_end` (wrapping a no-op
-processor) on the app thread while its worker runs.
+and the median ratio is reported, by wall clock (`ratio_*`) and by this process's CPU time
+(`cpu_ratio_*`, steadier on a shared machine; the worker's CPU is the app's cost, as it holds the GIL).
+Each round ends with force_flush, so background work is paid inside the round. `on_end_p99_us` times
+the processor's own `on_end` (wrapping a no-op processor) on the app thread while its worker runs.
 
     python bench/overhead.py            # prints JSON
 """
@@ -97,12 +99,16 @@ def make_provider(with_ragtrace: bool) -> tuple[TracerProvider, RagScoringSpanPr
     return provider, proc
 
 
-def throughput(tracer: Tracer, workload: str, n: int) -> float:
+def throughput(provider: TracerProvider, workload: str, n: int) -> tuple[float, float]:
+    """(traces per wall second, traces per CPU second of this process), background work included:
+    the round ends with a force_flush, so the worker's and the exporter's backlog is paid inside it."""
     build = rag_trace if workload == "rag" else plain_trace
-    start = time.perf_counter()
+    tracer = provider.get_tracer("bench")
+    wall, cpu = time.perf_counter(), time.process_time()
     for _ in range(n):
         build(tracer)
-    return n / (time.perf_counter() - start)
+    provider.force_flush(60_000)
+    return n / (time.perf_counter() - wall), n / max(time.process_time() - cpu, 1e-9)
 
 
 def on_end_times(n_traces: int) -> list[float]:
@@ -132,29 +138,29 @@ def on_end_times(n_traces: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--traces", type=int, default=2000, help="traces per round and variant")
+    parser.add_argument("--traces", type=int, default=4000, help="traces per round and variant")
     args = parser.parse_args()
 
     base_provider, _ = make_provider(False)
     rag_provider, proc = make_provider(True)
-    base, rag = base_provider.get_tracer("bench"), rag_provider.get_tracer("bench")
-    for tracer in (base, rag):  # warm up
-        throughput(tracer, "rag", 300)
-        throughput(tracer, "plain", 300)
+    for provider in (base_provider, rag_provider):  # warm up
+        throughput(provider, "rag", 300)
+        throughput(provider, "plain", 300)
 
     ratios: dict[str, list[float]] = {"rag": [], "plain": []}
+    cpu_ratios: dict[str, list[float]] = {"rag": [], "plain": []}
     rates: dict[str, list[tuple[float, float]]] = {"rag": [], "plain": []}
     for r in range(args.rounds):
         for workload in ("rag", "plain"):
-            order = [(base, False), (rag, True)] if r % 2 == 0 else [(rag, True), (base, False)]
-            got = {}
-            for tracer, is_rag in order:
-                got[is_rag] = throughput(tracer, workload, args.traces)
-            ratios[workload].append(got[True] / got[False])
-            rates[workload].append((got[False], got[True]))
+            order = [(base_provider, False), (rag_provider, True)]
+            if r % 2:
+                order.reverse()
+            got = {with_rag: throughput(provider, workload, args.traces) for provider, with_rag in order}
+            ratios[workload].append(got[True][0] / got[False][0])
+            cpu_ratios[workload].append(got[True][1] / got[False][1])
+            rates[workload].append((got[False][0], got[True][0]))
 
     assert proc is not None
-    proc.force_flush(10_000)
     decisions = proc.decisions
     base_provider.shutdown()
     rag_provider.shutdown()
@@ -164,6 +170,8 @@ def main() -> None:
     print(json.dumps({
         "ratio_rag_10pct": round(statistics.median(ratios["rag"]), 4),
         "ratio_non_rag": round(statistics.median(ratios["plain"]), 4),
+        "cpu_ratio_rag_10pct": round(statistics.median(cpu_ratios["rag"]), 4),
+        "cpu_ratio_non_rag": round(statistics.median(cpu_ratios["plain"]), 4),
         "on_end_p50_us": round(p(0.50), 2),
         "on_end_p99_us": round(p(0.99), 2),
         "on_end_max_us": round(times[-1], 2),
@@ -172,11 +180,15 @@ def main() -> None:
         "spans_per_trace": 5,
         "ratios_rag": [round(x, 4) for x in ratios["rag"]],
         "ratios_non_rag": [round(x, 4) for x in ratios["plain"]],
-        "traces_per_s_rag_without_with": [(round(a), round(b)) for a, b in rates["rag"]],
-        "traces_per_s_non_rag_without_with": [(round(a), round(b)) for a, b in rates["plain"]],
+        "cpu_ratios_rag": [round(x, 4) for x in cpu_ratios["rag"]],
+        "cpu_ratios_non_rag": [round(x, 4) for x in cpu_ratios["plain"]],
+        "traces_per_s_rag_without_with": [[round(a), round(b)] for a, b in rates["rag"]],
+        "traces_per_s_non_rag_without_with": [[round(a), round(b)] for a, b in rates["plain"]],
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
         "decisions": decisions,
         "targets": {"ratio_rag_10pct": 0.90, "ratio_non_rag": 0.97},
-    }, indent=2))
+    }))
 
 
 if __name__ == "__main__":
