@@ -175,3 +175,48 @@ def test_link_mode_over_grpc(otlp_receiver: OtlpReceiver) -> None:
         assert evals["evaluation context_precision"].attributes["ragtrace.context_precision.score"] == 0.83
     finally:
         app.close()
+
+
+def test_install_with_the_local_judge_over_otlp(otlp_receiver: OtlpReceiver) -> None:
+    """The whole user path: install() on a provider that exports over OTLP, the real offline judge."""
+    pytest.importorskip("numpy")
+    try:
+        from ragtrace.judges.local import LocalJudge
+
+        LocalJudge()
+    except Exception as exc:  # the model weights are an optional extra
+        pytest.skip(f"local judge unavailable: {exc}")
+    from ragtrace.live.setup import RagtraceSettings, install
+
+    resource = Resource.create({"service.name": "rag-app"})
+    meter_provider = MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(
+        GrpcMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True), export_interval_millis=200)])
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(
+        GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True), schedule_delay_millis=50))
+    processor = install(provider, judge="local", settings=RagtraceSettings(sample_rate=1.0),
+                        meter_provider=meter_provider)
+    assert processor is not None
+    try:
+        ids = rag_trace(
+            provider.get_tracer("rag-app"),
+            query="What is the capital of France?",
+            docs=("Paris is the capital and largest city of France.", "Bananas are rich in potassium."),
+            answer="The capital of France is Paris.",
+        )
+        assert provider.force_flush(20_000)
+        spans = otlp_receiver.wait_for_spans(len(ids))
+        assert all(by_id(spans)[i] == 1 for i in ids)
+        (retrieval,) = [s for s in spans if s.name == "retrieve"]
+        attrs = retrieval.attributes
+        assert attrs["ragtrace.eval.status"] == "scored"
+        assert attrs["ragtrace.judge.model"].startswith("local/")
+        assert 0.0 <= attrs["ragtrace.context_precision.score"] <= 1.0
+        assert attrs["ragtrace.context_precision.label"] in ("pass", "fail")
+        assert len(retrieval.event("gen_ai.evaluation.result")) == 2
+        otlp_receiver.wait_for_metric(
+            "ragtrace.evaluation.decisions", predicate=lambda m: m.point_where({"decision": "scored"}) is not None
+        )
+    finally:
+        provider.shutdown()
+        meter_provider.shutdown()
