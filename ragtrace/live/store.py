@@ -96,8 +96,10 @@ class SpanStore:
             return "held"
 
     def _mark_done(self, trace_id: int) -> None:
+        # Remember 4x as many closed ids as open traces (~100 bytes each): a late span of a trace closed
+        # longer ago than that is held again as a new trace and released after max_trace_wait.
         self._done[trace_id] = None
-        if len(self._done) > self.max_open_traces:
+        if len(self._done) > 4 * self.max_open_traces:
             del self._done[next(iter(self._done))]
 
     # --- worker thread ----------------------------------------------------------------------------

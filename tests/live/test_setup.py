@@ -103,3 +103,19 @@ def test_judge_string_becomes_an_llm_judge() -> None:
     assert proc is not None
     assert proc._judge.model == "openai/gpt-4o-mini"
     provider.shutdown()
+
+
+def test_install_on_a_concurrent_multi_span_processor() -> None:
+    from opentelemetry.sdk.trace import ConcurrentMultiSpanProcessor
+
+    out = CountingProcessor()
+    provider = TracerProvider(active_span_processor=ConcurrentMultiSpanProcessor(2))
+    provider.add_span_processor(out)
+    proc = install(provider, judge=ScriptedJudge(), settings=RagtraceSettings(sample_rate=1.0), tick_interval=0.01)
+    assert proc is not None and provider._active_span_processor._span_processors == (proc,)
+    ids = rag_trace(provider.get_tracer("t"))
+    assert provider.force_flush(2000)
+    assert sorted(out.ids()) == sorted(ids)
+    (retrieval,) = out.by_name("retrieve")
+    assert (retrieval.attributes or {})["ragtrace.eval.status"] == "scored"
+    provider.shutdown()
