@@ -325,6 +325,8 @@ class RagScoringSpanProcessor(SpanProcessor):
             self._forward_all(spans)
             self._store.release(len(spans))
             return
+        # From here on the spans belong to the pending trace: nothing below may raise into _tick,
+        # whose fallback would forward them a second time.
         start_ns = time.time_ns()
         for key, (sample, scorers) in jobs.items():
             job = ScoreJob(
@@ -333,7 +335,12 @@ class RagScoringSpanProcessor(SpanProcessor):
                 deadline=pending.deadline,
                 on_done=self._on_done(trace_id, key, start_ns),
             )
-            if not self._worker.submit(job):
+            try:
+                submitted = self._worker.submit(job)
+            except Exception:
+                logger.exception("ragtrace: submitting a job failed")
+                submitted = False
+            if not submitted:
                 self._count("queue_full")
                 recorded = self._store.record(trace_id, key, None)
                 if recorded is not None and recorded[2]:
