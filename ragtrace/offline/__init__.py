@@ -21,3 +21,22 @@ __all__ = [
     "create_context_relevance_scorer",
     "evaluate",
 ]
+
+# Datasets, baseline comparison, HTML report and trace replay (the `ragtrace eval` / `replay` machinery).
+from ragtrace.offline.compare import Comparison, compare, load_results, wilcoxon_signed_rank
+from ragtrace.offline.dataset import DatasetError, DatasetRow, FieldMap, load_dataset
+from ragtrace.offline.report import ReportItem, render_report, write_report
+
+__all__ += [
+    "Comparison",
+    "DatasetError",
+    "DatasetRow",
+    "FieldMap",
+    "ReportItem",
+    "compare",
+    "load_dataset",
+    "load_results",
+    "render_report",
+    "wilcoxon_signed_rank",
+    "write_report",
+]
