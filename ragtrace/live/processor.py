@@ -309,12 +309,10 @@ class RagScoringSpanProcessor(SpanProcessor):
         if not jobs:
             self._pass_through(trace)
             return
-        if self._mode == "link":  # spans are exported already; drop the references now
-            self._store.release(len(spans))
-            spans = []
+        link = self._mode == "link"  # link mode: spans are exported already, only references are held
         pending = PendingTrace(
             trace_id=trace_id,
-            spans=spans,
+            spans=[] if link else spans,
             deadline=time.monotonic() + self._score_deadline,
             resource=first.resource,
             trace_flags=first.context.trace_flags,
@@ -322,9 +320,10 @@ class RagScoringSpanProcessor(SpanProcessor):
         )
         if not self._store.put_pending(trace_id, pending):
             self._count("queue_full", len(jobs))
-            self._forward_all(spans)
-            self._store.release(len(spans))
+            self._pass_through(trace)
             return
+        if link:
+            self._store.release(len(spans))
         # From here on the spans belong to the pending trace: nothing below may raise into _tick,
         # whose fallback would forward them a second time.
         start_ns = time.time_ns()
