@@ -67,6 +67,16 @@ class RagScoringSpanProcessor(SpanProcessor):
     trace wait up to `score_deadline`); `mode="link"` exports at once and adds `evaluation <scorer>`
     spans. Limits (`max_queue` jobs, `max_held_spans`, `max_open_traces`) bound memory; overflow
     forwards spans unscored and is counted (`queue_full`).
+
+    exporting: the processor spans go to (normally a BatchSpanProcessor with an OTLP exporter).
+    judge / scorers: who gives verdicts and what is scored (default precision, relevance, and recall
+        for samples that carry a ground truth). sampler: which traces and scorers (default 10 %).
+    target: the span that receives the scores (retrieval, its generation, or the trace's root).
+    max_trace_wait: a trace whose local root never ends is closed after this many seconds.
+    score_deadline: held spans are forwarded with status `timeout` if scoring takes longer.
+    concurrency: judge calls at once. redactor: applied to every sample before the judge sees it.
+    extractor: your own span shapes -> samples (see ragtrace.capture). metrics: RagtraceMetrics.
+    tick_interval: how often the worker looks for closed and expired traces (seconds).
     """
 
     def __init__(
