@@ -167,7 +167,10 @@ class ScoringWorker:
 
         try:
             asyncio.run_coroutine_threadsafe(_call(), loop).result(max(timeout, 0.0))
-        except (FutureTimeout, RuntimeError):
+        except FutureTimeout:
+            return False
+        except Exception:
+            logger.exception("ragtrace: call on the worker failed")
             return False
         return True
 
