@@ -226,7 +226,7 @@ def load_judge(spec: str | Judge, api_base: str | None) -> Judge:
             target = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError, ValueError) as exc:
             raise UsageError(f"--judge {spec!r}: cannot import ({exc})") from None
-        made = target() if isinstance(target, type) or not isinstance(target, Judge) and callable(target) else target
+        made = target() if isinstance(target, type) or (not isinstance(target, Judge) and callable(target)) else target
         if not isinstance(made, Judge):
             raise UsageError(f"--judge {spec!r}: {type(made).__name__} is not a Judge")
         return made

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 # Datasets, baseline comparison, HTML report and trace replay (the `ragtrace eval` / `replay` machinery).
-from ragtrace.offline.compare import Comparison, compare, load_results, wilcoxon_signed_rank
+from ragtrace.offline.compare import Comparison, load_results, wilcoxon_signed_rank
 from ragtrace.offline.dataset import DatasetError, DatasetRow, FieldMap, load_dataset
 from ragtrace.offline.report import ReportItem, render_report, write_report
 
@@ -33,7 +33,6 @@ __all__ += [
     "DatasetRow",
     "FieldMap",
     "ReportItem",
-    "compare",
     "load_dataset",
     "load_results",
     "render_report",
