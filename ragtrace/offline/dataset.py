@@ -146,7 +146,10 @@ def _jsonl(path: Path, fields: FieldMap, max_line_bytes: int) -> list[DatasetRow
         try:
             row = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise DatasetError(name, f"not valid JSON ({exc.msg} at column {exc.colno})", number) from None
+            hint = "; expected JSON Lines (one object per line), this looks like a JSON array" if (
+                not rows and text.lstrip().startswith("[")
+            ) else ""
+            raise DatasetError(name, f"not valid JSON ({exc.msg} at column {exc.colno}){hint}", number) from None
         if not isinstance(row, dict):
             raise DatasetError(name, f"expected a JSON object per line, got {type(row).__name__}", number)
         item_id, sample = row_to_sample(row, fields, name, number)

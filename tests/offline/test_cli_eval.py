@@ -148,6 +148,8 @@ BAD_FILES: list[tuple[str, str, str]] = [
     ("empty", "\n\n", "data.jsonl: file is empty: no samples to evaluate"),
     ("not_json", '{"query": "q", "contexts": []}\n\n{query: q}\n', "data.jsonl:3: not valid JSON"),
     ("not_object", '["q", []]\n', "data.jsonl:1: expected a JSON object per line, got list"),
+    ("json_array", '[\n  {"query": "q", "contexts": []}\n]\n',
+     "data.jsonl:1: not valid JSON (Expecting value at column 1); expected JSON Lines (one object per line)"),
     ("bad_context_item", '{"query": "q", "contexts": ["a", 3]}\n',
      "data.jsonl:1: field 'contexts': item 1 must be a string"),
     ("duplicate_id", '{"id": 1, "query": "q", "contexts": []}\n{"id": "1", "query": "q", "contexts": []}\n',
