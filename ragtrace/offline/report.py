@@ -75,14 +75,14 @@ def histogram(name: str, scores: Sequence[float], scale: float, bins: int = 10) 
     counts = [0] * bins
     for score in scores:
         counts[min(bins - 1, max(0, int(score / scale * bins)))] += 1
-    top = max(max(counts, default=0), 1)
+    top = 4 * math.ceil(max(max(counts, default=0), 1) / 4)  # whole-number ticks at quarters
     x0, x1, y0, y1 = PAD_L, WIDTH - PAD_R, HEIGHT - PAD_B, PAD_T
     bar_w = (x1 - x0) / bins
 
     def y_of(v: float) -> float:
         return y0 - (y0 - y1) * v / top
 
-    body = _y_ticks(top, y_of, "{:.0f}" if top >= 4 else "{:.1f}")
+    body = _y_ticks(top, y_of, "{:.0f}")
     for i, count in enumerate(counts):
         x = x0 + i * bar_w
         lo, hi = scale * i / bins, scale * (i + 1) / bins
@@ -239,7 +239,8 @@ def _relevance_badge(verdict: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _verdict_badges(index: int, results: Mapping[str, ScoreResult]) -> str:
-    badges = []
+    badges: list[str] = []
+    reasons: set[str] = set()
     for name, render in (("context_precision", _precision_badge), ("context_relevance", _relevance_badge)):
         result = results.get(name)
         if result is None:
@@ -249,7 +250,8 @@ def _verdict_badges(index: int, results: Mapping[str, ScoreResult]) -> str:
                 text, css = render(verdict)
                 why = verdict.get("reason") or ""
                 badges.append(f'<span class="badge {css}" title="{_e(why)}">{_e(text)}</span>')
-                if why:
+                if why and why not in reasons:  # the local judge gives both aspects one reason
+                    reasons.add(why)
                     badges.append(f'<span class="why">{_e(why)}</span>')
     return " ".join(badges)
 
