@@ -151,10 +151,13 @@ def install(
     """Score RAG traces of `tracer_provider` (default: the global SDK provider) before they are exported.
 
     Settings come from `RAGTRACE_*` env vars unless `settings` is given; `judge` and keyword `options`
-    (any RagScoringSpanProcessor argument) override them. Returns the processor, or None when
+    (any RagtraceSettings field such as `sample_rate`, or any RagScoringSpanProcessor argument) override them. Returns the processor, or None when
     RAGTRACE_ENABLED is false. Installing twice on one provider returns the first processor.
     """
     settings = settings if settings is not None else RagtraceSettings.from_env()
+    overrides = {name: options.pop(name) for name in list(options) if name in RagtraceSettings.model_fields}
+    if overrides:  # e.g. install(provider, sample_rate=1.0): a setting, checked like the env var would be
+        settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
     if not settings.enabled:
         logger.info("ragtrace: disabled by settings (RAGTRACE_ENABLED=false)")
         return None
