@@ -151,7 +151,8 @@ def install(
     """Score RAG traces of `tracer_provider` (default: the global SDK provider) before they are exported.
 
     Settings come from `RAGTRACE_*` env vars unless `settings` is given; `judge` and keyword `options`
-    (any RagtraceSettings field such as `sample_rate`, or any RagScoringSpanProcessor argument) override them. Returns the processor, or None when
+    (any RagtraceSettings field such as `sample_rate`, or any RagScoringSpanProcessor argument)
+    override them. Returns the processor, or None when
     RAGTRACE_ENABLED is false. Installing twice on one provider returns the first processor.
     """
     settings = settings if settings is not None else RagtraceSettings.from_env()
