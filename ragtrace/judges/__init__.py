@@ -15,6 +15,15 @@ from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
 from ragtrace.judges.llm import JudgeUnavailable, LLMJudge
 from ragtrace.judges.run import SampleScores, judge_and_score
 
+
+def __getattr__(name: str) -> object:
+    # The local judge is imported on first use: its model stack (numpy, tokenizers) is an optional extra.
+    if name == "LocalJudge":
+        from ragtrace.judges.local import LocalJudge
+
+        return LocalJudge
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "DailyTokenBudget",
     "Judge",
@@ -25,6 +34,7 @@ __all__ = [
     "JudgeUnavailable",
     "Judgement",
     "LLMJudge",
+    "LocalJudge",
     "OverBudget",
     "RateLimited",
     "RateLimiter",

