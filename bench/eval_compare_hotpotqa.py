@@ -7,6 +7,10 @@ with the local judge; the second compares against the first.
 
     python bench/eval_compare_hotpotqa.py                 # all 500 items
     python bench/eval_compare_hotpotqa.py --limit 50      # a quick look
+    python bench/eval_compare_hotpotqa.py --keep DIR --resume   # finish runs started earlier in DIR
+
+Throughput is items scored per second in this invocation (`evaluated` / `runtime_s`), so a resumed run
+still reports an honest rate.
 """
 
 from __future__ import annotations
@@ -67,17 +71,20 @@ def main() -> int:
     parser.add_argument("--judge", default="local")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="directory to keep the JSONL, results and HTML report in")
+    parser.add_argument("--resume", action="store_true", help="with --keep: skip items already scored there")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as scratch:
         work = args.keep or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         paths = {}
-        for name, first in (("gold_first", True), ("gold_last", False)):
+        for name, gold_first in (("gold_first", True), ("gold_last", False)):
             paths[name] = work / f"{name}.jsonl"
-            paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows(args.data, args.limit, first)))
+            if args.resume and paths[name].exists():
+                continue
+            paths[name].write_text("".join(json.dumps(r) + "\n" for r in rows(args.data, args.limit, gold_first)))
         common = ["--judge", args.judge, "--scorers", "context_precision", "--json", "--quiet",
-                  "--concurrency", str(args.concurrency)]
+                  "--concurrency", str(args.concurrency), *(["--resume"] if args.resume else [])]
         code_a, first, seconds_a = run(["eval", str(paths["gold_first"]), *common,
                                         "--out", str(work / "gold_first.out.jsonl")])
         code_b, second, seconds_b = run(["eval", str(paths["gold_last"]), *common,
@@ -101,8 +108,12 @@ def main() -> int:
         "regression_detected": comparison["regressed"],
         "exit_codes": {"gold_first": code_a, "gold_last_with_compare": code_b},
         "worst_ids": [w["id"] for w in comparison["worst"]],
+        "evaluated_this_run": {"gold_first": first["evaluated"], "gold_last": second["evaluated"]},
         "runtime_s": {"gold_first": round(seconds_a, 1), "gold_last": round(seconds_b, 1)},
-        "items_per_s": round(n / seconds_a, 2) if seconds_a else None,
+        "items_per_s": {
+            "gold_first": round(first["evaluated"] / seconds_a, 2) if first["evaluated"] else None,
+            "gold_last": round(second["evaluated"] / seconds_b, 2) if second["evaluated"] else None,
+        },
     }, indent=2))
     return 0
 
