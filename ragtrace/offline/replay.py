@@ -98,6 +98,12 @@ def _int_id(raw: bytes) -> int | None:
     return int.from_bytes(raw, "big") if raw and any(raw) else None
 
 
+def _status(code: int, message: str) -> Status:
+    """The SDK only keeps a description on an ERROR status (and warns otherwise)."""
+    status_code = _STATUS.get(code, StatusCode.UNSET)
+    return Status(status_code, message or None) if status_code is StatusCode.ERROR else Status(status_code)
+
+
 def spans_of(request: ExportTraceServiceRequest) -> Iterator[ReadableSpan]:
     """Every span of a request as an SDK ReadableSpan (attributes, events, links, parent, times, resource)."""
     for resource_spans in request.resource_spans:
@@ -133,7 +139,7 @@ def spans_of(request: ExportTraceServiceRequest) -> Iterator[ReadableSpan]:
                     ],
                     links=links,
                     kind=_KINDS.get(span.kind, SpanKind.INTERNAL),
-                    status=Status(_STATUS.get(span.status.code, StatusCode.UNSET), span.status.message or None),
+                    status=_status(span.status.code, span.status.message),
                     start_time=span.start_time_unix_nano or None,
                     end_time=span.end_time_unix_nano or None,
                     instrumentation_scope=scope,
