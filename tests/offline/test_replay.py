@@ -14,6 +14,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
 
 from ragtrace.cli_eval import main
 from ragtrace.instrument import generation_span, retrieval_span
@@ -38,6 +39,9 @@ def make_spans() -> list[ReadableSpan]:
         with tracer.start_as_current_span("request") as root:
             if case["truth"]:
                 root.set_attribute("ragtrace.ground_truth", case["truth"])
+            root.add_event("cache.lookup", {"hit": False, "keys": ["a", "b"], "n": 2})
+            if case["answer"] == "A metal.":
+                root.set_status(Status(StatusCode.ERROR, "upstream timeout"))
             with retrieval_span(case["query"], data_source="kb", tracer=tracer) as retrieval:
                 docs = [{"id": f"d{i}", "content": d, "score": 1 - i / 10} for i, d in enumerate(case["docs"])]
                 retrieval.record(docs)
@@ -87,6 +91,13 @@ def test_spans_survive_the_round_trip(spans: list[ReadableSpan]) -> None:
         assert (copy.start_time, copy.end_time) == (original.start_time, original.end_time)
         assert dict(copy.attributes or {}) == dict(original.attributes or {})
         assert copy.resource.attributes["service.name"] == "rag-app"
+        assert [(e.name, dict(e.attributes or {}), e.timestamp) for e in copy.events] == [
+            (e.name, dict(e.attributes or {}), e.timestamp) for e in original.events
+        ]
+        assert (copy.status.status_code, copy.status.description) == (
+            original.status.status_code, original.status.description
+        )
+    assert sum(1 for s in decoded if s.status.description == "upstream timeout") == 1
 
 
 def expected(case: dict[str, Any]) -> dict[str, Any]:
