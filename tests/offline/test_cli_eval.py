@@ -292,3 +292,27 @@ def test_ctrl_c_keeps_results_and_prints_a_partial_summary(tmp_path: Path) -> No
     assert summary["resumed"] == len(written) and summary["evaluated"] == 200 - len(written)
     ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
     assert len(ids) == 200 and len(set(ids)) == 200
+
+
+def test_litellm_judge_through_api_base(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], judge_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--judge <litellm model> --api-base URL` reaches an OpenAI-compatible server (the scripted one)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    truth = "The gold is in the vault. It is heavy."
+    rows = [
+        {"id": "a", "query": "where is the gold?", "contexts": ["The gold is in the vault.", "Tin is cheap."],
+         "response": "In the vault.", "ground_truth": truth},
+        {"id": "b", "query": "where is the gold?", "contexts": ["Tin is cheap.", "The gold is in the vault."],
+         "response": "In the vault.", "ground_truth": truth},
+    ]
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    code = main(["eval", str(data), "--judge", "openai/judge-test", "--api-base", judge_server.url + "/v1",
+                 "--scorers", "context_precision,context_recall", "--json", "--quiet", "--concurrency", "1"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["scorers"]["context_precision"]["mean"] == round((1.0 + 0.5) / 2, 4)
+    assert summary["scorers"]["context_recall"]["mean"] == 0.5  # "It is heavy." is in no context
+    assert summary["judge"]["model"] == "openai/judge-test"
+    assert summary["judge"]["calls"] == len(judge_server.requests) == 2
