@@ -58,8 +58,8 @@ class StoredEncoder:
             data = np.load(path, allow_pickle=False)
             self._store = dict(zip(data["texts"].tolist(), data["vectors"], strict=True))
 
-    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        return self._encoder.token_ids(texts)
+    def truncated(self, texts: Sequence[str]) -> list[bool]:
+        return self._encoder.truncated(texts)
 
     def encode(self, texts: Sequence[str]) -> Any:
         missing = [t for t in dict.fromkeys(texts) if t not in self._store]
@@ -187,6 +187,23 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def compare_with_sentence_transformers(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """One-off check (needs torch + sentence-transformers, which ragtrace never imports otherwise)."""
+    from sentence_transformers import SentenceTransformer
+
+    from ragtrace.judges.encoder import model_dir
+
+    texts = ["", "hello world", " ".join(items[0]["contexts"]) * 3]  # empty, short, truncated
+    texts += [t for item in items for t in (item["question"], *item["contexts"])]
+    ours = get_encoder().encode(texts)
+    reference = SentenceTransformer(str(model_dir()), device="cpu").encode(texts, normalize_embeddings=True)
+    return {
+        "texts": len(texts),
+        "max_abs_diff": float(np.abs(ours - reference).max()),
+        "min_cosine": float((ours * reference).sum(axis=1).min()),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DATA)
@@ -195,8 +212,19 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=20, help="items for the claim-support sanity check")
     parser.add_argument("--latency-items", type=int, default=20, help="cold samples timed for latency")
     parser.add_argument("--store", type=Path, default=None, help="npz store of text vectors for reruns")
+    parser.add_argument(
+        "--compare-sentence-transformers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only compare the numpy encoder with sentence-transformers on N items, and exit",
+    )
     args = parser.parse_args()
     items = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()]
+    if args.compare_sentence_transformers:
+        check = compare_with_sentence_transformers(items[: args.compare_sentence_transformers])
+        print(json.dumps({"encoder_check": check}, indent=2))
+        return
     items = items[: args.limit] if args.limit else items
     latencies = asyncio.run(latency(items, args.latency_items))
     encoder = StoredEncoder(get_encoder(), args.store)

@@ -156,6 +156,10 @@ class Encoder:
         """Token ids with [CLS]/[SEP], truncated to `max_length` (the same cut the model sees)."""
         return [list(e.ids) for e in self._tokenizer.encode_batch(list(texts))]
 
+    def truncated(self, texts: Sequence[str]) -> list[bool]:
+        """Which texts are longer than the model sees (their tail does not reach the embedding)."""
+        return [bool(e.overflowing) for e in self._tokenizer.encode_batch(list(texts))]
+
     def encode(self, texts: Sequence[str]) -> FloatArray:
         """One unit vector per text, shape (len(texts), dim). Batches by length to keep padding small."""
         import numpy as np

@@ -31,7 +31,10 @@ _FILLER_TEXT = (
 RESPONSE_FILLER = frozenset(_FILLER_TEXT.split())
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|(?<=;)\s+|\n+")
+# A period after these (or after a lone initial, "J. K.") does not end a sentence.
+_ABBREVIATION_TEXT = "mr mrs ms dr prof st jr sr vs etc inc co ltd no mt gen col lt sgt fr rev"
+_ABBREVIATIONS = frozenset(_ABBREVIATION_TEXT.split())
 
 
 def _stem(token: str) -> str:
@@ -111,4 +114,15 @@ def contains_phrase(phrase: Sequence[str], document: Sequence[str]) -> bool:
 
 def split_sentences(text: str) -> list[str]:
     """Sentences (and ';'-separated clauses), stripped, empty ones dropped. Good enough for claims."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s and s.strip()]
+    out: list[str] = []
+    for piece in _SENTENCE_END.split(text):
+        piece = piece.strip()
+        if not piece:
+            continue
+        last = out[-1].rsplit(None, 1)[-1] if out else ""
+        word = last[:-1].lower()
+        if last.endswith(".") and (word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out

@@ -235,9 +235,8 @@ class LocalJudge:
         claim_verdicts: list[ClaimVerdict] | None = None
         if Aspect.CLAIMS in request.aspects:
             claim_verdicts = self._claims(claims, claim_v, sentences, sentence_v, doc_sets, weights)
-        truncated = tuple(
-            i for i, ids in enumerate(encoder.token_ids(contexts)) if len(ids) >= encoder.max_length
-        ) if contexts else ()
+        # Lexical evidence reads whole contexts; only the embedding sees the first `max_length` tokens.
+        truncated = tuple(i for i, cut in enumerate(encoder.truncated(contexts)) if cut) if contexts else ()
         return Verdicts(contexts=verdicts, missing=[], claims=claim_verdicts), truncated
 
     def _evidence(

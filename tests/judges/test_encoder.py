@@ -70,6 +70,7 @@ def test_long_input_truncated_at_max_length(encoder: Encoder) -> None:
     ids = encoder.token_ids([head, head + "Completely different ending about volcanoes."])
     assert len(ids[0]) == MAX_LENGTH
     assert ids[0] == ids[1]  # what lies past the cut is never seen
+    assert encoder.truncated([head, "short text"]) == [True, False]
     a, b = encoder.encode([head, head + "Completely different ending about volcanoes."])
     np.testing.assert_allclose(a, b, atol=1e-6)
 
