@@ -201,11 +201,15 @@ def install(
 
 
 def auto_install() -> None:
-    """Entry point for `opentelemetry-instrument` (group `opentelemetry_post_instrument`): install from
-    `RAGTRACE_*` env vars when RAGTRACE_JUDGE is set. Never raises into the app's startup."""
-    if not os.environ.get(ENV_PREFIX + "JUDGE"):
+    """Entry point for `opentelemetry-instrument` (group `opentelemetry_post_instrument`), which runs it
+    after the SDK configurator set the global TracerProvider: install in front of that provider's
+    exporter, from `RAGTRACE_*` env vars, when RAGTRACE_ENABLED is true. Opt-in, because every
+    auto-instrumented app with ragtrace installed runs this hook. Never raises into the app's startup."""
+    if not os.environ.get(ENV_PREFIX + "ENABLED", "").strip():
         return
     try:
-        install()
+        settings = RagtraceSettings.from_env()
+        if settings.enabled and install(settings=settings) is not None:
+            logger.info("ragtrace: installed by opentelemetry-instrument (judge %s)", settings.judge)
     except Exception:
         logger.exception("ragtrace: auto-install from RAGTRACE_* settings failed; traces are exported unscored")
