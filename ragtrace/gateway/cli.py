@@ -1,0 +1,134 @@
+"""`ragtrace serve`: run the scoring gateway until SIGTERM or SIGINT, then flush and exit.
+
+Settings come from `RAGTRACE_*` variables (`RagtraceSettings`); a flag given on the command line wins.
+The next hop is the SDK's usual `OTEL_EXPORTER_OTLP_*` configuration unless `--exporter-endpoint` is given.
+Also runnable as `python -m ragtrace.gateway.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+# Command-line flags that are RagtraceSettings fields (flag dest == field name).
+_SETTING_FLAGS = (
+    "judge", "judge_api_base", "sample_rate", "mode", "target", "scorers", "concurrency", "score_deadline",
+    "max_trace_wait", "max_queue", "max_held_spans", "max_open_traces",
+)
+
+
+def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `serve` to the `ragtrace` command's subparsers (sets `func=run_serve`)."""
+    serve: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="run the scoring gateway: OTLP in (gRPC, HTTP), score, OTLP out",
+        description="Receive OTLP traces, score RAG retrievals, forward every span to the next hop "
+        "(OTEL_EXPORTER_OTLP_* or --exporter-endpoint). Settings default to RAGTRACE_* variables.",
+    )
+    _add_arguments(serve)
+    serve.set_defaults(func=run_serve)
+    return serve
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    net = parser.add_argument_group("listening")
+    net.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
+    net.add_argument("--grpc-port", type=int, default=4317, help="OTLP gRPC port (default 4317; -1 disables)")
+    net.add_argument(
+        "--http-port", type=int, default=4318, help="OTLP HTTP port, also /healthz (default 4318; -1 disables)"
+    )
+    net.add_argument("--health-port", type=int, default=None, help="an extra port serving only GET /healthz")
+    out = parser.add_argument_group("forwarding")
+    out.add_argument("--exporter-endpoint", default=None, help="next hop (default: OTEL_EXPORTER_OTLP_ENDPOINT)")
+    out.add_argument(
+        "--exporter-protocol", choices=("grpc", "http/protobuf"), default=None,
+        help="next hop's protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
+    )
+    scoring = parser.add_argument_group("scoring (default: the RAGTRACE_* variable, else its default)")
+    scoring.add_argument("--judge", default=None, help="'local' or a litellm model string, e.g. openai/gpt-4o-mini")
+    scoring.add_argument("--judge-api-base", default=None, help="base URL for the litellm judge")
+    scoring.add_argument("--sample-rate", type=float, default=None, help="share of traces scored, 0..1")
+    scoring.add_argument("--mode", choices=("enrich", "link"), default=None)
+    scoring.add_argument("--target", choices=("retrieval", "generation", "root"), default=None)
+    scoring.add_argument("--scorers", default=None, help="comma-separated scorer names")
+    scoring.add_argument("--concurrency", type=int, default=None, help="judge calls at once")
+    scoring.add_argument("--score-deadline", type=float, default=None, help="seconds a sampled trace may wait")
+    scoring.add_argument("--max-trace-wait", type=float, default=None, help="seconds before a rootless trace closes")
+    scoring.add_argument("--max-queue", type=int, default=None)
+    scoring.add_argument("--max-held-spans", type=int, default=None)
+    scoring.add_argument("--max-open-traces", type=int, default=None)
+    scoring.add_argument(
+        "--trace-settle", type=float, default=1.0,
+        help="seconds a trace's root is held so that children exported after it join the trace (default 1.0)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def _port(value: int | None) -> int | None:
+    return None if value is not None and value < 0 else value
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
+    from ragtrace.gateway.server import Gateway
+    from ragtrace.live.setup import RagtraceSettings
+
+    logging.basicConfig(level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = RagtraceSettings.from_env()
+        overrides = {name: getattr(args, name) for name in _SETTING_FLAGS if getattr(args, name, None) is not None}
+        if overrides:
+            settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
+        gateway = Gateway(
+            settings,
+            host=args.host,
+            grpc_port=_port(args.grpc_port),
+            http_port=_port(args.http_port),
+            health_port=args.health_port,
+            exporter_endpoint=args.exporter_endpoint,
+            exporter_protocol=args.exporter_protocol,
+            trace_settle=args.trace_settle,
+        )
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"ragtrace serve: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        gateway.start()
+        # One line a supervisor (or a test) can wait for; ports are the bound ones (0 picks a free port).
+        print(
+            f"ragtrace serve: listening grpc={gateway.grpc_port or '-'} http={gateway.http_port or '-'} "
+            f"health={gateway.health_port or '-'} judge={settings.judge} sample_rate={settings.sample_rate}",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            pass
+        print("ragtrace serve: stopping, flushing held spans", flush=True)
+    finally:
+        gateway.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(f"ragtrace serve: stopped {gateway.health()}", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as `ragtrace` does: no cost-map download
+    parser = argparse.ArgumentParser(prog="ragtrace serve", description="the ragtrace scoring gateway")
+    _add_arguments(parser)
+    return run_serve(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The gateway over real sockets: an app's own OTLP exporters -> `Gateway` -> the SDK's exporter -> a real
+OTLP receiver. Scores arrive on the retrieval span, every span arrives exactly once, and a trace split into
+batches sent out of order scores exactly as the same trace scored in process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ragtrace.gateway import Gateway, request_of
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.sampling import Sampler
+from ragtrace.live.setup import RagtraceSettings
+from tests.live.fakes import CountingProcessor, ScriptedJudge, plain_trace, rag_trace
+from tests.live.test_e2e_otlp import assert_scored_trace
+from tests.servers.otlp import OtlpReceiver, ReceivedSpan
+
+SETTINGS = RagtraceSettings(sample_rate=1.0)
+FAST = {"sampler": Sampler(rate=1.0), "tick_interval": 0.01}
+
+
+def make_gateway(receiver: OtlpReceiver, trace_settle: float = 0.3) -> Gateway:
+    exporting = BatchSpanProcessor(
+        GrpcSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True), schedule_delay_millis=50
+    )
+    return Gateway(
+        SETTINGS, judge=ScriptedJudge(), exporting=exporting, grpc_port=0, http_port=0,
+        trace_settle=trace_settle, **FAST,
+    ).start()
+
+
+@pytest.fixture
+def gateway(otlp_receiver: OtlpReceiver) -> Iterator[Gateway]:
+    gw = make_gateway(otlp_receiver)
+    yield gw
+    gw.shutdown()
+
+
+def app_provider(exporter: SpanExporter) -> TracerProvider:
+    provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=50))
+    return provider
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_app_exporter_through_gateway(transport: str, gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    exporter: SpanExporter = (
+        GrpcSpanExporter(endpoint=gateway.grpc_endpoint, insecure=True)
+        if transport == "grpc"
+        else HttpSpanExporter(endpoint=gateway.http_endpoint + "/v1/traces")
+    )
+    provider = app_provider(exporter)
+    tracer = provider.get_tracer("rag-app")
+    ids = rag_trace(tracer, docs=("good doc", "noise", "good again"), plain=3)
+    other = plain_trace(tracer, 3)
+    assert provider.force_flush(5000)
+    provider.shutdown()
+    spans = otlp_receiver.wait_for_spans(len(ids) + len(other))
+    assert_scored_trace(spans, ids)
+    assert Counter(s.span_id for s in spans) == Counter(ids + other), "every span exactly once"
+    time.sleep(0.2)
+    assert len(otlp_receiver.spans()) == len(ids) + len(other)
+    health = gateway.health()
+    assert health["received_spans"] == len(ids) + len(other)
+    assert health["decisions"] == {"scored": 2, "not_rag": 1}
+
+
+# ------------------------------------------------------------------ split batches, any order
+
+
+def recorded_trace(n: int = 1) -> list[list[ReadableSpan]]:
+    """`n` RAG traces (two retrievals each) as the SDK ended them: children first, root last."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("rag-app")
+    traces = []
+    for _ in range(n):
+        ids = rag_trace(tracer, docs=("good doc", "noise", "good again", "bad"), retrievals=2, plain=2)
+        traces.append([s for s in memory.get_finished_spans() if s.context.span_id in ids])
+    return traces
+
+
+def written(span: ReadableSpan | ReceivedSpan) -> tuple[dict[str, Any], list[Any]]:
+    """What scoring wrote on a span: its ragtrace.* attributes and evaluation events."""
+    attrs = dict(span.attributes or {})
+    ours = {k: v for k, v in attrs.items() if k.startswith("ragtrace.")}
+    if isinstance(span, ReceivedSpan):
+        events = [(name, dict(a)) for name, a in span.events]
+    else:
+        events = [(e.name, dict(e.attributes or {})) for e in span.events]
+    return ours, events
+
+
+def in_process(traces: list[list[ReadableSpan]]) -> dict[int, tuple[dict[str, Any], list[Any]]]:
+    """The reference: the same spans through RagScoringSpanProcessor in the order the app ended them."""
+    counting = CountingProcessor()
+    processor = RagScoringSpanProcessor(counting, judge=ScriptedJudge(), **{**SETTINGS.processor_options(), **FAST})
+    for trace in traces:
+        for span in trace:
+            processor.on_end(span)
+    processor.shutdown()
+    assert len(counting.spans) == sum(map(len, traces))
+    return {s.context.span_id: written(s) for s in counting.spans if s.context is not None}
+
+
+def send_grpc(gateway: Gateway, spans: list[ReadableSpan]) -> None:
+    with grpc.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
+        trace_service_pb2_grpc.TraceServiceStub(channel).Export(request_of(spans), timeout=5)  # type: ignore[no-untyped-call]
+
+
+def send_http(gateway: Gateway, spans: list[ReadableSpan], as_json: bool = False) -> None:
+    request = request_of(spans)
+    body, content_type = (
+        (json_format.MessageToJson(request).encode(), "application/json")
+        if as_json
+        else (request.SerializeToString(), "application/x-protobuf")
+    )
+    post = urllib.request.Request(
+        gateway.http_endpoint + "/v1/traces", data=body, headers={"Content-Type": content_type}, method="POST"
+    )
+    with urllib.request.urlopen(post, timeout=5) as answer:
+        assert answer.status == 200
+
+
+def test_split_out_of_order_batches_score_as_in_process(gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    children_first, root_first, shuffled = recorded_trace(3)
+    reference = in_process([children_first, root_first, shuffled])
+
+    # 1. children first (two batches over two transports), the root last in a third batch.
+    *children, root = children_first
+    send_grpc(gateway, children[:3])
+    send_http(gateway, children[3:], as_json=True)
+    send_grpc(gateway, [root])
+    # 2. the root first, its children after it in two batches, within trace_settle.
+    *children, root = root_first
+    send_http(gateway, [root])
+    send_grpc(gateway, children[::2])
+    send_http(gateway, children[1::2])
+    # 3. one retrieval, then the root with some children, then the rest.
+    send_http(gateway, shuffled[2:3])
+    send_grpc(gateway, [shuffled[-1], *shuffled[:2]])
+    send_http(gateway, shuffled[3:-1], as_json=True)
+
+    total = sum(map(len, (children_first, root_first, shuffled)))
+    spans = otlp_receiver.wait_for_spans(total)
+    time.sleep(0.2)
+    spans = otlp_receiver.spans()
+    assert Counter(s.span_id for s in spans) == Counter(set(reference)), "every span exactly once"
+    scored = 0
+    for span in spans:
+        assert written(span) == reference[span.span_id], span.name
+        scored += written(span)[0].get("ragtrace.eval.status") == "scored"
+    assert scored == 6, "both retrievals of each of the three traces carry scores"
+
+
+# ------------------------------------------------------------------ health, SIGTERM, the command
+
+
+def health(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url + "/healthz", timeout=5) as answer:
+        assert answer.status == 200
+        data: dict[str, Any] = json.loads(answer.read())
+        return data
+
+
+def test_health_endpoint(gateway: Gateway) -> None:
+    data = health(gateway.http_endpoint)
+    assert data["status"] == "ok"
+    assert {"held_spans", "queue_depth", "open_traces", "settling_roots", "decisions"} <= set(data)
+
+
+def test_serve_subprocess_flushes_on_sigterm(otlp_receiver: OtlpReceiver) -> None:
+    """`ragtrace serve` with the local judge: SIGTERM while spans are still held -> all exported, scored."""
+    env = {**os.environ, "RAGTRACE_SAMPLE_RATE": "1.0", "OTEL_BSP_SCHEDULE_DELAY": "60000"}
+    command = [
+        sys.executable, "-m", "ragtrace.gateway.cli", "--grpc-port", "0", "--http-port", "0", "--health-port", "0",
+        "--judge", "local", "--exporter-endpoint", otlp_receiver.grpc_endpoint, "--trace-settle", "30",
+        "--score-deadline", "20", "--log-level", "WARNING",
+    ]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("ragtrace serve: listening"), line + (process.stderr.read() if process.stderr else "")
+        ports = dict(part.split("=", 1) for part in line.split()[3:6])
+        health_url = f"http://127.0.0.1:{ports['health']}"
+        assert health(health_url)["status"] == "ok"
+
+        provider = app_provider(GrpcSpanExporter(endpoint=f"http://127.0.0.1:{ports['grpc']}", insecure=True))
+        tracer = provider.get_tracer("rag-app")
+        ids = rag_trace(tracer, query="what is good?", docs=("good doc", "noise"), plain=2)
+        other = plain_trace(tracer, 2)
+        assert provider.force_flush(5000)
+        provider.shutdown()
+        deadline = time.monotonic() + 10
+        while health(health_url)["received_spans"] < len(ids) + len(other):
+            assert time.monotonic() < deadline, "the gateway did not receive the spans"
+            time.sleep(0.05)
+        # The root waits 30 s to settle and the exporter flushes every 60 s: only shutdown can deliver now.
+        assert health(health_url)["settling_roots"] == 2  # both roots (rate 1.0)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    spans = otlp_receiver.wait_for_spans(len(ids) + len(other), timeout=5)
+    assert Counter(s.span_id for s in spans) == Counter(ids + other)
+    (retrieval,) = [s for s in spans if s.name == "retrieve"]
+    assert retrieval.attributes["ragtrace.eval.status"] == "scored"
+    assert retrieval.attributes["ragtrace.judge.model"].startswith("local")
+    assert "ragtrace.context_precision.score" in retrieval.attributes
