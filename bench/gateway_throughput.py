@@ -1,0 +1,172 @@
+"""How much one `ragtrace serve` replica carries here: scored samples/s and pass-through spans/s.
+
+Setup, all over real gRPC on 127.0.0.1: a sender in a separate process (its own GIL, like an upstream
+collector) exports pre-encoded OTLP requests (100 traces each, 4 requests in flight) to a `Gateway`,
+which forwards through the SDK's BatchSpanProcessor + OTLPSpanExporter to a counting OTLP sink. The clock
+runs from the first request to the last span arriving at the sink, so judging, enrichment and export
+are all inside it. Workload: the 5-span trace of bench/overhead.py (root, 2 plain children, retrieval
+with 5 documents, chat); non-RAG traffic is 5-span traces without GenAI attributes.
+
+Figures:
+- passthrough_unsampled: non-RAG traces at sample rate 0 (the cheap path: convert + forward).
+- passthrough_sampled_not_rag: non-RAG traces at sample rate 1 (each trace is held, closed, not_rag).
+- instant_judge: RAG traces at rate 1, a judge that answers at once: the gateway's own ceiling.
+- local_judge: RAG traces at rate 1 with `--judge local` (numpy MiniLM): what judging costs on this CPU.
+
+    python bench/gateway_throughput.py            # prints JSON (~1-2 minutes)
+    python bench/gateway_throughput.py --quick    # smaller runs
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import argparse
+import json
+import multiprocessing
+import sys
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import grpc
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from ragtrace.gateway import Gateway
+from ragtrace.judges.base import Judge
+from ragtrace.live.sampling import Sampler
+from ragtrace.live.setup import RagtraceSettings
+
+TRACES_PER_REQUEST = 100
+SPANS_PER_TRACE = 5
+IN_FLIGHT = 4
+
+
+class Sink(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
+    """The next hop: counts spans, decodes nothing else (protobuf parsing happens in C)."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+        self.cond = threading.Condition()
+
+    def Export(self, request: Any, context: Any) -> Any:
+        n = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        with self.cond:
+            self.spans += n
+            self.cond.notify_all()
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def _send(port: int, traces: int, rag: bool, ready: Any, go: Any) -> None:
+    """Child process: build and encode the requests first, then send them as fast as the gateway takes them."""
+    import overhead
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("bench")
+    payloads = []
+    for start in range(0, traces, TRACES_PER_REQUEST):
+        for _ in range(min(TRACES_PER_REQUEST, traces - start)):
+            overhead.rag_trace(tracer) if rag else overhead.plain_trace(tracer)
+        payloads.append(encode_spans(memory.get_finished_spans()).SerializeToString())
+        memory.clear()
+    ready.set()
+    go.wait()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
+    export = channel.unary_unary(
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        request_serializer=None, response_deserializer=None,
+    )
+    with futures.ThreadPoolExecutor(IN_FLIGHT) as pool:
+        list(pool.map(lambda body: export(body, timeout=120), payloads))
+    channel.close()
+
+
+def run(label: str, traces: int, rag: bool, rate: float, judge: str | Judge) -> dict[str, Any]:
+    sink = Sink()
+    server = grpc.server(futures.ThreadPoolExecutor(4), options=[("grpc.max_receive_message_length", 64 << 20)])
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, server)  # type: ignore[no-untyped-call]
+    sink_port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    settings = RagtraceSettings(
+        sample_rate=rate, max_queue=1_000_000, max_held_spans=10_000_000, max_open_traces=1_000_000,
+        score_deadline=3600, concurrency=8,
+    )
+    exporting = BatchSpanProcessor(
+        OTLPSpanExporter(endpoint=f"http://127.0.0.1:{sink_port}", insecure=True),
+        max_queue_size=10_000_000, schedule_delay_millis=100, max_export_batch_size=2048,
+    )
+    # trace_settle=0: the sender's batches hold whole traces, so settling would only add a constant second.
+    gateway = Gateway(
+        settings, judge=judge, exporting=exporting, grpc_port=0, http_port=None, trace_settle=0.0,
+        sampler=Sampler(rate), tick_interval=0.01,
+    ).start()
+    context = multiprocessing.get_context("spawn")
+    ready, go = context.Event(), context.Event()
+    sender = context.Process(target=_send, args=(gateway.grpc_port, traces, rag, ready, go))
+    sender.start()
+    ready.wait(300)
+    expected = traces * SPANS_PER_TRACE
+    started = time.perf_counter()
+    go.set()
+    with sink.cond:
+        done = sink.cond.wait_for(lambda: sink.spans >= expected, timeout=1800)
+    elapsed = time.perf_counter() - started
+    sender.join(60)
+    health = gateway.health()
+    gateway.shutdown()
+    server.stop(None)
+    scored = health["decisions"].get("scored", 0) // 2  # two scorers per sample (no ground truth: no recall)
+    return {
+        "run": label,
+        "traces": traces,
+        "spans": expected,
+        "spans_received_by_sink": sink.spans,
+        "complete": bool(done),
+        "seconds": round(elapsed, 2),
+        "spans_per_s": round(expected / elapsed),
+        "traces_per_s": round(traces / elapsed, 1),
+        "samples_scored": scored,
+        "samples_per_s": round(scored / elapsed, 1),
+        "decisions": health["decisions"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
+    parser.add_argument("--skip-local", action="store_true", help="skip the local-judge run")
+    args = parser.parse_args()
+    import overhead
+
+    scale = 0.1 if args.quick else 1.0
+    results = [
+        run("passthrough_unsampled", int(20_000 * scale), rag=False, rate=0.0, judge=overhead.InstantJudge()),
+        run("passthrough_sampled_not_rag", int(10_000 * scale), rag=False, rate=1.0, judge=overhead.InstantJudge()),
+        run("instant_judge", int(4_000 * scale), rag=True, rate=1.0, judge=overhead.InstantJudge()),
+    ]
+    if not args.skip_local:
+        results.append(run("local_judge", int(400 * scale), rag=True, rate=1.0, judge="local"))
+    print(json.dumps({
+        "cpus": os.cpu_count(),
+        "note": "one gateway process; sender in a second process; sink in the gateway's process",
+        "results": results,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
