@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ragtrace.gateway import Gateway, request_of
+from ragtrace.gateway import Gateway, RootSettler, request_of
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.setup import RagtraceSettings
@@ -230,3 +231,54 @@ def test_serve_subprocess_flushes_on_sigterm(otlp_receiver: OtlpReceiver) -> Non
     assert retrieval.attributes["ragtrace.eval.status"] == "scored"
     assert retrieval.attributes["ragtrace.judge.model"].startswith("local")
     assert "ragtrace.context_precision.score" in retrieval.attributes
+
+
+# ------------------------------------------------------------------ edges
+
+
+def post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_http_rejects_what_is_not_otlp_traces(gateway: Gateway) -> None:
+    url = gateway.http_endpoint
+    assert post(url + "/v1/traces", b"\xff\xff not protobuf", {"Content-Type": "application/x-protobuf"})[0] == 400
+    assert post(url + "/v1/traces", b"{}", {"Content-Type": "text/plain"})[0] == 415
+    assert post(url + "/v1/metrics", b"", {"Content-Type": "application/x-protobuf"})[0] == 404
+    status, body = post(url + "/v1/traces", b"{}", {"Content-Type": "application/json"})
+    assert (status, json.loads(body)) == (200, {})
+
+
+def test_spans_without_ids_are_reported_as_rejected(gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    (trace,) = recorded_trace(1)
+    request = request_of(trace)
+    request.resource_spans[0].scope_spans[0].spans[0].trace_id = b"\x00" * 16
+    with grpc.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
+        answer = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=5)  # type: ignore[no-untyped-call]
+    assert answer.partial_success.rejected_spans == 1
+    assert len(otlp_receiver.wait_for_spans(len(trace) - 1)) == len(trace) - 1
+    assert gateway.health()["rejected_spans"] == 1
+
+
+def test_settler_is_bounded_and_hands_each_root_on_once() -> None:
+    counting = CountingProcessor()
+    settler = RootSettler(counting, Sampler(1.0), settle=60.0, max_roots=1)
+    (trace,) = recorded_trace(1)
+    (other,) = recorded_trace(1)
+    *children, root = trace
+    settler.on_end(root)
+    for span in children:
+        settler.on_end(span)
+    assert counting.ids() == [s.context.span_id for s in children], "the root waits, children pass"
+    settler.on_end(other[-1])  # no room: this root passes at once
+    assert settler.overflowed == 1 and settler.waiting == 1
+    settler.close()
+    settler.close()
+    settler.on_end(other[0])  # after close nothing waits
+    ids = counting.ids()
+    assert Counter(ids) == Counter([s.context.span_id for s in (*trace, other[-1], other[0])])
