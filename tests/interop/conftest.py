@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
 import pytest
 
 from ragtrace.judges.base import Judge
@@ -16,3 +21,15 @@ def local_judge() -> Judge:
         return LocalJudge()
     except Exception as exc:  # numpy / tokenizers / the model weights are an optional extra
         pytest.skip(f"local judge unavailable: {exc}")
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def load_example(name: str, *requires: str) -> ModuleType:
+    """Import examples/<name>.py (skipped when a library it needs is not installed)."""
+    for module in requires:
+        pytest.importorskip(module)
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))  # the examples import their siblings (_pipeline, langchain_app)
+    return importlib.import_module(name)

@@ -1,0 +1,77 @@
+"""The OpenTelemetry wiring every example shares, so each example file shows only its producer.
+
+A TracerProvider exports to memory (so the example can print what it scored) and, given an endpoint,
+over OTLP/gRPC as a real app would; `ragtrace.live.install` then puts the scoring processor in front
+of both, scoring every trace (sample_rate=1.0).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must not fetch its price list
+
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from ragtrace.capture import extract_samples
+from ragtrace.judges.base import Judge
+from ragtrace.live import install
+
+SCORE_SUFFIX = ".score"
+
+
+def scored_provider(
+    service: str, *, endpoint: str | None = None, judge: str | Judge = "local"
+) -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A provider whose every trace is scored by `judge` before it is exported (to memory, and to OTLP)."""
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    if endpoint:
+        exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True)
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=50))
+    install(provider, judge=judge, sample_rate=1.0)
+    return provider, memory
+
+
+def report(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
+    """What ragtrace read from the trace and the scores it wrote onto the exported retrieval span."""
+    [captured] = extract_samples(spans)
+    scored = next(s for s in spans if s.context and s.context.span_id == captured.retrieval_span_id)
+    attrs = dict(scored.attributes or {})
+    result = {
+        "convention": captured.convention,
+        "retrieval_span": scored.name,
+        "query": captured.sample.query,
+        "contexts": captured.sample.context_texts,
+        "response": captured.sample.response,
+        "status": attrs.get("ragtrace.eval.status"),
+        "scores": {
+            key.removeprefix("ragtrace.").removesuffix(SCORE_SUFFIX): value
+            for key, value in attrs.items()
+            if key.startswith("ragtrace.") and key.endswith(SCORE_SUFFIX)
+        },
+    }
+    print(f"[{result['convention']}] {result['retrieval_span']!r}: {result['status']}")
+    print(f"  query:    {result['query']}")
+    for rank, text in enumerate(result["contexts"], 1):
+        print(f"  context {rank}: {text}")
+    print(f"  response: {result['response']}")
+    for name, score in result["scores"].items():
+        print(f"  {name:18} {score:.2f}  {attrs.get(f'ragtrace.{name}.label')}")
+    return result
+
+
+def finish(provider: TracerProvider, memory: InMemorySpanExporter) -> dict[str, Any]:
+    """Flush (scoring what is held), report, shut down."""
+    try:
+        provider.force_flush(30_000)
+        return report(memory.get_finished_spans())
+    finally:
+        provider.shutdown()

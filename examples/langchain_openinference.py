@@ -1,0 +1,33 @@
+"""A LangChain RAG app traced by OpenInference (openinference-instrumentation-langchain), scored live.
+
+ragtrace reads the RETRIEVER span's `retrieval.documents.*` and the LLM span's output messages; the
+scores land on the retriever span. Offline: fake chat model, in-memory store, the local judge.
+
+    python examples/langchain_openinference.py
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from _pipeline import finish, scored_provider
+from langchain_app import QUESTION, build_chain
+from openinference.instrumentation.langchain import LangChainInstrumentor
+
+from ragtrace.judges.base import Judge
+
+
+def main(endpoint: str | None = None, judge: str | Judge = "local") -> dict[str, Any]:
+    provider, memory = scored_provider("langchain-openinference", endpoint=endpoint, judge=judge)
+    instrumentor = LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        build_chain().invoke(QUESTION)
+    finally:
+        instrumentor.uninstrument()  # instrumentors patch LangChain globally
+    return finish(provider, memory)
+
+
+if __name__ == "__main__":
+    main(os.environ.get("OTLP_ENDPOINT"))
