@@ -11,7 +11,8 @@ benchmark `bench/local_judge_quality.py`):
 - `confidence` of a context: a logistic combination of the cosine between the context and
   "query + reference", the IDF-weighted share of the query's content words in the context, the share of
   the reference's own words (those not in the query) in the context, and whether the reference's answer
-  phrase occurs verbatim. `useful` is `confidence >= USEFUL_THRESHOLD`; `level` cuts the same score.
+  phrase occurs verbatim. `useful` is `confidence >= USEFUL_THRESHOLD` (and when no context clears it,
+  the best one does if it reaches LOW_THRESHOLD); `level` cuts the same score.
   When the reference adds no word found in any context (a "yes", an answer already named in the
   query, no reference at all) the query alone is judged, with its own weights.
 - `used`: the response's own words (not echoed from the query) found in the context, or a verbatim
@@ -232,12 +233,30 @@ class LocalJudge:
                 )
             )
 
+        verdicts = self._best_is_useful(verdicts)
         claim_verdicts: list[ClaimVerdict] | None = None
         if Aspect.CLAIMS in request.aspects:
             claim_verdicts = self._claims(claims, claim_v, sentences, sentence_v, doc_sets, weights)
         # Lexical evidence reads whole contexts; only the embedding sees the first `max_length` tokens.
         truncated = tuple(i for i, cut in enumerate(encoder.truncated(contexts)) if cut) if contexts else ()
         return Verdicts(contexts=verdicts, missing=[], claims=claim_verdicts), truncated
+
+    def _best_is_useful(self, verdicts: list[ContextVerdict]) -> list[ContextVerdict]:
+        """When no context clears the bar, the clearly best one (confidence >= LOW_THRESHOLD) is useful.
+
+        A short or indirect reference (a comparison's "yes", a bare name) often leaves every context under
+        the bar even though one of them is what the answer came from; calling the whole list useless
+        would make precision blind to where that best context was ranked.
+        """
+        if not verdicts or any(v.useful for v in verdicts):
+            return verdicts
+        best = max(range(len(verdicts)), key=lambda i: verdicts[i].confidence or 0.0)
+        if (verdicts[best].confidence or 0.0) < self.LOW_THRESHOLD:
+            return verdicts
+        verdicts[best] = verdicts[best].model_copy(
+            update={"useful": True, "reason": verdicts[best].reason + "; best match of the list"}
+        )
+        return verdicts
 
     def _evidence(
         self, similarity: float, query_cov: float, reference_cov: float, answer_found: bool, has_ref: bool

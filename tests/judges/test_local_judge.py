@@ -252,3 +252,21 @@ def test_lexical_helpers() -> None:
         "it ended!",
         "New line",
     ]
+
+
+def test_best_context_is_useful_when_none_clears_the_bar() -> None:
+    from ragtrace.judges.local import LocalJudge
+    from ragtrace.scoring import ContextVerdict
+
+    judge = LocalJudge.__new__(LocalJudge)  # the rule reads class constants only; no model needed
+
+    def verdicts(*confidences: float) -> list[ContextVerdict]:
+        return [
+            ContextVerdict(index=i, useful=c >= LocalJudge.USEFUL_THRESHOLD, confidence=c)
+            for i, c in enumerate(confidences)
+        ]
+
+    weak = judge._best_is_useful(verdicts(0.1, 0.4, 0.3))
+    assert [v.useful for v in weak] == [False, True, False] and "best match" in weak[1].reason
+    assert [v.useful for v in judge._best_is_useful(verdicts(0.1, 0.2))] == [False, False]  # nothing relevant
+    assert [v.useful for v in judge._best_is_useful(verdicts(0.6, 0.45))] == [True, False]  # one clears the bar
