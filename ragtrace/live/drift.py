@@ -294,19 +294,21 @@ class DriftMonitor:
             self._warn("setup")
 
     def _create_instruments(self, provider: MeterProvider) -> None:
+        """No unit on the gauges: exporters append "_ratio" for unit "1" to gauges in some paths and not
+        in others, and the shipped alert rules must name them the same way whichever path is taken."""
         from ragtrace import __version__
 
         meter = provider.get_meter("ragtrace", __version__)  # the same meter (scope) as RagtraceMetrics
         meter.create_observable_gauge(
-            "ragtrace.drift.score_delta", callbacks=[self._observe_delta], unit="1",
+            "ragtrace.drift.score_delta", callbacks=[self._observe_delta], unit="",
             description="Recent mean score minus the frozen baseline mean, per scorer and retriever.",
         )
         meter.create_observable_gauge(
-            "ragtrace.drift.detected", callbacks=[self._observe_detected], unit="1",
+            "ragtrace.drift.detected", callbacks=[self._observe_detected], unit="",
             description="1 while the scores of a scorer and retriever have drifted from their baseline.",
         )
         meter.create_observable_gauge(
-            "ragtrace.retrieval.empty_rate", callbacks=[self._observe_empty], unit="1",
+            "ragtrace.retrieval.empty_rate", callbacks=[self._observe_empty], unit="",
             description="Share of recent evaluated retrievals that returned no documents, per retriever.",
         )
 
