@@ -230,10 +230,13 @@ def main() -> int:
     parser.add_argument("--check-every", type=int, default=10)
     parser.add_argument("--share", type=float, default=0.25, help="degraded share of traffic, subtle change")
     parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--threshold", type=float, default=None, help="override DriftConfig.threshold")
+    parser.add_argument("--cusum-h", type=float, default=None, help="override DriftConfig.cusum_h")
     args = parser.parse_args()
 
     scores, meta = item_scores(args.data, args.limit, args.cache_dir)
-    config = DriftConfig()
+    overrides = {k: v for k, v in (("threshold", args.threshold), ("cusum_h", args.cusum_h)) if v is not None}
+    config = DriftConfig(**overrides)
     started = time.perf_counter()
     streams = [
         run_stream(scores, seed, change_at=args.change_at, phase_len=args.phase_len,
