@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from decimal import ROUND_HALF_UP, Decimal
@@ -47,8 +48,7 @@ def relevance_score(
 
 
 def precision_at_k(relevance: Sequence[bool | int], k: int) -> float:
-    top = relevance[:k]
-    return sum(1 for r in top if r) / k if k > 0 else 0.0
+    return sum(1 for r in relevance[:k] if r) / k if k > 0 else 0.0
 
 
 def reciprocal_rank(relevance: Sequence[bool | int]) -> float:
@@ -58,26 +58,41 @@ def reciprocal_rank(relevance: Sequence[bool | int]) -> float:
     return 0.0
 
 
+@functools.lru_cache(maxsize=256)
+def _discounts(n: int) -> tuple[float, ...]:
+    return tuple(1.0 / math.log2(i + 2) for i in range(n))
+
+
 def ndcg(gains: Sequence[float]) -> float:
     """nDCG of the list as ranked against its own ideal ordering; 0 when every gain is 0."""
-    def dcg(values: Sequence[float]) -> float:
-        return sum(g / math.log2(i + 2) for i, g in enumerate(values))
-
-    ideal = dcg(sorted(gains, reverse=True))
-    return dcg(gains) / ideal if ideal > 0 else 0.0
+    discounts = _discounts(len(gains))
+    ideal = sum(g * d for g, d in zip(sorted(gains, reverse=True), discounts, strict=True))
+    return sum(g * d for g, d in zip(gains, discounts, strict=True)) / ideal if ideal > 0 else 0.0
 
 
 def noise_share(relevance: Sequence[bool | int]) -> float:
     return sum(1 for r in relevance if not r) / len(relevance) if relevance else 0.0
 
 
+_CUTOFFS = (1, 3, 5)
+
+
 def ranked_views(relevance: Sequence[bool | int], gains: Sequence[float] | None = None) -> dict[str, float]:
-    """The standard IR views of one ranked list, for `details`. They cost no judge call."""
+    """The standard IR views of one ranked list, for `details`. They cost no judge call.
+
+    One pass over the list: this runs for every scored sample on the live worker.
+    """
+    views: dict[str, float] = {}
+    hits = 0
+    first_hit = 0
+    for k, rel in enumerate(relevance, start=1):
+        if rel:
+            hits += 1
+            first_hit = first_hit or k
+        if k in _CUTOFFS:
+            views[f"precision_at_{k}"] = round(hits / k, 4)
     n = len(relevance)
-    views: dict[str, float] = {
-        f"precision_at_{k}": round(precision_at_k(relevance, k), 4) for k in (1, 3, 5) if k <= n
-    }
-    views["reciprocal_rank"] = round(reciprocal_rank(relevance), 4)
-    views["noise_share"] = round(noise_share(relevance), 4)
-    views["ndcg"] = round(ndcg(gains if gains is not None else [float(bool(r)) for r in relevance]), 4)
+    views["reciprocal_rank"] = round(1.0 / first_hit, 4) if first_hit else 0.0
+    views["noise_share"] = round((n - hits) / n, 4) if n else 0.0
+    views["ndcg"] = round(ndcg(gains if gains is not None else [1.0 if r else 0.0 for r in relevance]), 4)
     return views

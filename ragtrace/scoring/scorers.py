@@ -72,7 +72,8 @@ class Scorer(ABC):
     ) -> ScoreResult:
         score = formulas.finalize(raw, self.scale)
         label: Literal["pass", "fail"] = "pass" if score >= self.threshold * self.scale else "fail"
-        return ScoreResult(
+        # Every field is built right here from validated verdicts: skip re-validation on the hot path.
+        return ScoreResult.model_construct(
             name=self.name, score=score, label=label, reason=reason, details=details,
             usage=usage or JudgeUsage(),
         )
@@ -94,14 +95,17 @@ class ContextPrecision(Scorer):
                 f"reference must be 'auto', 'ground_truth' or 'response', got {self.reference_source!r}"
             )
 
+    def reference_kind(self, sample: RagSample) -> Literal["ground_truth", "response"] | None:
+        """Which answer usefulness is judged against for this sample, if any."""
+        has_truth = sample.ground_truth is not None
+        has_response = bool(sample.response.strip())
+        if self.reference_source == "ground_truth" or (self.reference_source == "auto" and has_truth):
+            return "ground_truth" if has_truth else None
+        return "response" if has_response else None
+
     def reference(self, sample: RagSample) -> str | None:
-        ground_truth = sample.ground_truth
-        response = sample.response if sample.response.strip() else None
-        if self.reference_source == "ground_truth":
-            return ground_truth
-        if self.reference_source == "response":
-            return response
-        return ground_truth or response
+        kind = self.reference_kind(sample)
+        return sample.ground_truth if kind == "ground_truth" else sample.response if kind == "response" else None
 
     def skip_reason(self, sample: RagSample) -> SkipReason | None:
         if not sample.contexts:
@@ -113,7 +117,7 @@ class ContextPrecision(Scorer):
     def score(self, sample: RagSample, verdicts: Verdicts, usage: JudgeUsage | None = None) -> ScoreResult:
         relevance = [bool(v.useful) for v in verdicts.contexts]
         details: dict[str, Any] = {
-            "reference": "ground_truth" if self.reference(sample) == sample.ground_truth else "response",
+            "reference": self.reference_kind(sample),
             "verdicts": [
                 {"index": v.index, "useful": v.useful, "reason": v.reason} for v in verdicts.contexts
             ],
