@@ -166,7 +166,7 @@ def _test_rules(tmp_path: Path) -> Path:
 
 
 @needs_prometheus
-def test_low_scores_fire_the_failing_share_alert(app: int, tmp_path: Path) -> None:
+def test_low_scores_fire_the_failing_share_and_drift_alerts(app: int, tmp_path: Path) -> None:
     rules = _test_rules(tmp_path)
     port = _free_port()
     config = tmp_path / "prometheus.yml"
@@ -191,8 +191,8 @@ def test_low_scores_fire_the_failing_share_alert(app: int, tmp_path: Path) -> No
                 alerts = json.loads(_get(f"{base}/api/v1/alerts"))["data"]["alerts"]
             except OSError:
                 alerts = []
-            if any(a["labels"]["alertname"] == "RagtraceHighFailingShare" and a["state"] == "firing"
-                   for a in alerts):
+            firing_now = {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
+            if {"RagtraceHighFailingShare", "RagtraceDriftDetected"} <= firing_now:
                 break
             time.sleep(0.5)
         firing = [a for a in alerts if a["state"] == "firing"]
@@ -201,6 +201,8 @@ def test_low_scores_fire_the_failing_share_alert(app: int, tmp_path: Path) -> No
         failing = next(a for a in firing if a["labels"]["alertname"] == "RagtraceHighFailingShare")
         assert failing["labels"]["gen_ai_evaluation_name"] == "context_precision"
         assert float(failing["value"]) > 0.3
+        assert "RagtraceDriftDetected" in names, f"alerts: {alerts}"  # the drift gauge, through the same path
+        assert "RagtraceQueueFull" not in names and "RagtraceJudgeErrors" not in names
     finally:
         process.terminate()
         try:
