@@ -25,9 +25,11 @@ def uninstrument(instrumentor: LangchainInstrumentor) -> None:
     `"BaseCallbackManager.__init__"`, a path that resolves to nothing, so its callback handler (and the
     first TracerProvider) would stay patched in and a second `instrument()` in the process would be ignored."""
     instrumentor.uninstrument()
-    init = BaseCallbackManager.__init__
-    if type(getattr(init, "_self_wrapper", None)).__name__ == "_BaseCallbackManagerInitWrapper":
-        BaseCallbackManager.__init__ = init.__wrapped__  # type: ignore[method-assign]
+    init = original = BaseCallbackManager.__dict__["__init__"]
+    while type(getattr(init, "_self_wrapper", None)).__name__ == "_BaseCallbackManagerInitWrapper":
+        init = init.__wrapped__
+    if init is not original:
+        BaseCallbackManager.__init__ = init  # type: ignore[method-assign]
 
 
 def main(endpoint: str | None = None, judge: str | Judge = "local") -> dict[str, Any]:
