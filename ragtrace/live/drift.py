@@ -83,7 +83,7 @@ class DriftConfig:
     threshold: float = 5.0
     min_delta: float = 0.05
     cusum_k: float = 0.5
-    cusum_h: float = 12.0
+    cusum_h: float = 15.0
     min_std: float = 0.02
     max_pending: int = 100_000
     max_series: int = 256
