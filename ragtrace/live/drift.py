@@ -6,6 +6,8 @@ or the traffic changed. `DriftDetector` keeps, per (scorer, retriever) series:
 - a **baseline**: mean and variance (Welford) of the first `baseline_size` scores, then **frozen**. A
   frozen baseline cannot be dragged along by a slow degradation, which is what a slowly updated one
   would do; after a deliberate change (a new index, a new model) call `reset()` to learn a new baseline.
+  Nothing is judged before the baseline is complete, and a series that starts degraded takes that level
+  as its normal: the alert rule against yesterday's mean (collector/alerts.yml) covers that case.
 - a **window test**: Welch's t between the mean of the last `window` scores and the baseline mean;
   flagged when `|t| >= threshold` and the means differ by at least `min_delta` (a practical size, so a
   huge series does not alarm on a shift nobody cares about).
@@ -21,7 +23,8 @@ also feeds the monitor, so the processor needs no change to be watched.
 The empty-retrieval rate (share of the last `window` evaluated retrievals that returned no documents) is a
 gauge, `ragtrace.retrieval.empty_rate`, per retriever. It is fed by results skipped for `no_context`
 (or by `observe_retrieval()`), and counts one observation per result: with the same scorers on every
-retrieval that is the share of retrievals.
+retrieval that is the share of retrievals. (The processor hands `metrics.score` only scored results
+today; skipped ones need it to pass `no_context` skips too, see `DriftMetrics`.)
 """
 
 from __future__ import annotations
