@@ -175,11 +175,10 @@ def install(
             logger.warning("ragtrace: already installed on this TracerProvider")
             return processor
 
-    if judge is None:
-        judge_options = {"api_base": settings.judge_api_base} if settings.judge_api_base else {}
-        resolved = resolve_judge(settings.judge, **judge_options)
-    else:
-        resolved = resolve_judge(judge)
+    spec = settings.judge if judge is None else judge
+    is_llm = isinstance(spec, str) and not (spec == "local" or spec.startswith("local/"))
+    judge_options = {"api_base": settings.judge_api_base} if is_llm and settings.judge_api_base else {}
+    resolved = resolve_judge(spec, **judge_options)
     kwargs = settings.processor_options()
     kwargs["metrics"] = RagtraceMetrics(meter_provider)
     kwargs.update(options)

@@ -119,3 +119,20 @@ def test_install_on_a_concurrent_multi_span_processor() -> None:
     (retrieval,) = out.by_name("retrieve")
     assert (retrieval.attributes or {})["ragtrace.eval.status"] == "scored"
     provider.shutdown()
+
+
+def test_keyword_settings_reach_the_sampler_and_the_judge() -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(CountingProcessor())
+    processor = install(
+        provider, judge="openai/judge-x", judge_api_base="http://127.0.0.1:9/v1", sample_rate=1.0,
+        settings=RagtraceSettings(),
+    )
+    assert processor is not None
+    try:
+        assert processor._judge._api_base == "http://127.0.0.1:9/v1"  # type: ignore[attr-defined]
+        assert processor._sampler.might_sample(1)
+        with pytest.raises(ValueError, match="sample_rate"):
+            install(TracerProvider(), sample_rate=2.0, settings=RagtraceSettings())
+    finally:
+        processor.shutdown()
