@@ -8,9 +8,12 @@ match `SentenceTransformer("all-MiniLM-L6-v2").encode(..., normalize_embeddings=
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,11 +105,27 @@ def _layer_norm(x: FloatArray, gamma: FloatArray, beta: FloatArray, eps: float) 
     return result
 
 
+def _blas_limiter(threads: int | None) -> Callable[[], AbstractContextManager[object]]:
+    if threads is None or importlib.util.find_spec("threadpoolctl") is None:
+        return contextlib.nullcontext
+    from threadpoolctl import ThreadpoolController
+
+    controller = ThreadpoolController()  # inspects the loaded BLAS libraries once
+    return lambda: controller.limit(limits=threads, user_api="blas")
+
+
 class Encoder:
     """Turns texts into unit-length 384-d vectors. Stateless after loading, so safe to share across threads."""
 
-    def __init__(self, path: Path | None = None, max_length: int = MAX_LENGTH, batch_size: int = 16) -> None:
+    def __init__(
+        self, path: Path | None = None, max_length: int = MAX_LENGTH, batch_size: int = 16, blas_threads: int | None = 1
+    ) -> None:
         np = _require("numpy")
+        # The encoder runs beside the application (live) or beside other work (CI): BLAS's own thread pool
+        # spins on busy cores and was measured 6x slower on two loaded cores than one thread. Limited with
+        # threadpoolctl around each forward pass only, so the host's own numpy keeps its settings.
+        # None leaves BLAS alone.
+        self._blas_limit = _blas_limiter(blas_threads)
         tokenizers = _require("tokenizers")
         safetensors_numpy = _require("safetensors.numpy")
         path = path or model_dir()
@@ -169,9 +188,10 @@ class Encoder:
             return out
         ids = self.token_ids(texts)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            out[chunk] = self._forward([ids[i] for i in chunk])
+        with self._blas_limit():
+            for start in range(0, len(order), self.batch_size):
+                chunk = order[start : start + self.batch_size]
+                out[chunk] = self._forward([ids[i] for i in chunk])
         return out
 
     def _forward(self, batch: list[list[int]]) -> FloatArray:
