@@ -1,4 +1,16 @@
-"""ragtrace: score the retrieval quality of RAG applications on live traffic, inside OpenTelemetry."""
+"""ragtrace: score the retrieval quality of RAG applications on live traffic, inside OpenTelemetry.
+
+    ragtrace.install(tracer_provider, judge="local")        # live, in front of your exporter
+    ragtrace.evaluate(samples, judge="local")               # offline, on a dataset
+    ragtrace.create_context_precision_scorer(model=..., options={"context": [...]}).run(run)
+
+The live and offline entry points are imported on first use, so `import ragtrace` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ragtrace.scoring import (
     ContextPrecision,
@@ -10,7 +22,39 @@ from ragtrace.scoring import (
     ScoreResult,
 )
 
+if TYPE_CHECKING:
+    from ragtrace.judges.llm import LLMJudge
+    from ragtrace.judges.local import LocalJudge
+    from ragtrace.live import RagScoringSpanProcessor, install
+    from ragtrace.offline import (
+        aevaluate,
+        create_context_precision_scorer,
+        create_context_recall_scorer,
+        create_context_relevance_scorer,
+        evaluate,
+    )
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "install": "ragtrace.live",
+    "RagScoringSpanProcessor": "ragtrace.live",
+    "evaluate": "ragtrace.offline",
+    "aevaluate": "ragtrace.offline",
+    "create_context_precision_scorer": "ragtrace.offline",
+    "create_context_relevance_scorer": "ragtrace.offline",
+    "create_context_recall_scorer": "ragtrace.offline",
+    "LLMJudge": "ragtrace.judges.llm",
+    "LocalJudge": "ragtrace.judges.local",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ragtrace' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "ContextPrecision",
@@ -18,7 +62,16 @@ __all__ = [
     "ContextRelevance",
     "Document",
     "JudgeUsage",
+    "LLMJudge",
+    "LocalJudge",
     "RagSample",
+    "RagScoringSpanProcessor",
     "ScoreResult",
     "__version__",
+    "aevaluate",
+    "create_context_precision_scorer",
+    "create_context_recall_scorer",
+    "create_context_relevance_scorer",
+    "evaluate",
+    "install",
 ]
