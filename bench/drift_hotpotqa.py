@@ -16,6 +16,11 @@ stable-only stream, over `--seeds` seeds.
 
     python bench/drift_hotpotqa.py                 # all 500 items, 20 seeds
     python bench/drift_hotpotqa.py --limit 60 --seeds 5
+
+Measured (500 items, 20 seeds, default DriftConfig, checks every 10 samples): mean context_precision 0.83 /
+0.37 / 0.22; stable -> degraded flagged after median 15 (max 20) samples, degraded -> worse after 50 (max
+90), stable -> 25 % of traffic degraded after 195 (max 1050); 2 false alarms in 420,000 stable samples
+(0.05 per 10,000). Judging the 1,500 samples took 37 min on a shared, loaded 2-core machine (cached after).
 """
 
 from __future__ import annotations
