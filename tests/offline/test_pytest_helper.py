@@ -76,7 +76,7 @@ def test_pytest_plugin_fixture(tmp_path: Path) -> None:
     """))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "ragtrace.offline.pytest_plugin", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",  # the plugin loads by its pytest11 entry point
          "--rootdir", str(tmp_path), str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
