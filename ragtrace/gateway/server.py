@@ -43,7 +43,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from ragtrace.gateway.convert import received_spans, span_count
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
-from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.setup import RagtraceSettings
@@ -317,7 +316,7 @@ class Gateway:
         if not settings.enabled:  # a disabled gateway still forwards everything
             kwargs["sampler"] = Sampler(0.0)
         if meter_provider is not None:
-            kwargs["metrics"] = RagtraceMetrics(meter_provider)
+            kwargs["metrics"] = settings.build_metrics(meter_provider)
         kwargs.update(processor_options)
         self._sampler: Sampler = kwargs["sampler"]
         self._exporting = exporting if exporting is not None else otlp_exporting(exporter_endpoint, exporter_protocol)

@@ -1,5 +1,6 @@
 """Live scoring inside OpenTelemetry: the span processor, its worker, sampling, metrics, redaction, setup."""
 
+from ragtrace.live.drift import DriftConfig, DriftDetector, DriftMetrics, DriftMonitor
 from ragtrace.live.enrich import Evaluation
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.processor import RagScoringSpanProcessor
@@ -8,6 +9,10 @@ from ragtrace.live.sampling import Sampler, SamplingRule
 from ragtrace.live.setup import RagtraceSettings, auto_install, install
 
 __all__ = [
+    "DriftConfig",
+    "DriftDetector",
+    "DriftMetrics",
+    "DriftMonitor",
     "Evaluation",
     "RagScoringSpanProcessor",
     "RagtraceMetrics",

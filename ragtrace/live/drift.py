@@ -447,3 +447,6 @@ class DriftMetrics(RagtraceMetrics):
     def score(self, result: ScoreResult, retriever: str) -> None:
         super().score(result, retriever)
         self.monitor.feed(result, retriever)
+
+    def shutdown(self) -> None:
+        self.monitor.shutdown(wait=False)

@@ -160,6 +160,9 @@ class RagtraceMetrics:
         except Exception:
             self._warn("judge_call")
 
+    def shutdown(self) -> None:
+        """Called once by the processor's shutdown; subclasses with background work stop it here."""
+
     def observe(self, queue_depth: Callable[[], int], spans_held: Callable[[], int]) -> None:
         """Register what the two gauges read at each collection (the latest registration wins)."""
         self._queue_depth = queue_depth

@@ -420,7 +420,8 @@ class RagScoringSpanProcessor(SpanProcessor):
         ref, pending, last = recorded
         for result in evaluation.results:
             self._count(_decision(result))
-            if self._metrics is not None and result.score is not None:
+            # Results skipped for `no_context` reach metrics too: they make the empty-retrieval rate.
+            if self._metrics is not None and (result.score is not None or result.skipped == "no_context"):
                 try:
                     self._metrics.score(result, ref.retriever)
                 except Exception:
@@ -528,6 +529,8 @@ class RagScoringSpanProcessor(SpanProcessor):
             for item in pending:
                 self._release(item)
             self._report()
+            if self._metrics is not None:
+                self._metrics.shutdown()
         except Exception:
             logger.exception("ragtrace: shutdown failed")
         try:

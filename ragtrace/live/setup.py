@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
+from ragtrace.live.drift import DriftMetrics, DriftMonitor
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
@@ -59,6 +60,8 @@ class RagtraceSettings(BaseModel):
     daily_usd_budget: float | None = Field(None, ge=0)
     redact: bool = True
     reason_max_chars: int = Field(500, ge=1)
+    drift: bool = True
+    drift_interval: float = Field(30.0, gt=0, description="seconds between drift checks")
 
     @field_validator("scorers", mode="before")
     @classmethod
@@ -118,6 +121,14 @@ class RagtraceSettings(BaseModel):
             "redactor": Redactor() if self.redact else None,
             "reason_max_chars": self.reason_max_chars,
         }
+
+
+    def build_metrics(self, meter_provider: MeterProvider | None = None) -> RagtraceMetrics:
+        """The processor's metrics; with `drift` on, they also feed a scheduled DriftMonitor."""
+        if not self.drift:
+            return RagtraceMetrics(meter_provider)
+        monitor = DriftMonitor(interval=self.drift_interval, meter_provider=meter_provider)
+        return DriftMetrics(meter_provider, monitor=monitor.start())
 
 
 def _default_exporting() -> SpanProcessor:
@@ -180,7 +191,7 @@ def install(
     judge_options = {"api_base": settings.judge_api_base} if is_llm and settings.judge_api_base else {}
     resolved = resolve_judge(spec, **judge_options)
     kwargs = settings.processor_options()
-    kwargs["metrics"] = RagtraceMetrics(meter_provider)
+    kwargs["metrics"] = settings.build_metrics(meter_provider)
     kwargs.update(options)
 
     with active._lock:

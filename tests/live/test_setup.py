@@ -136,3 +136,19 @@ def test_keyword_settings_reach_the_sampler_and_the_judge() -> None:
             install(TracerProvider(), sample_rate=2.0, settings=RagtraceSettings())
     finally:
         processor.shutdown()
+
+
+def test_install_runs_drift_detection_until_shutdown() -> None:
+    from ragtrace.live.drift import DriftMetrics
+
+    provider = TracerProvider()
+    provider.add_span_processor(CountingProcessor())
+    processor = install(provider, judge=ScriptedJudge(), settings=RagtraceSettings(drift_interval=5.0))
+    assert processor is not None
+    metrics = processor._metrics
+    assert isinstance(metrics, DriftMetrics) and metrics.monitor._scheduler is not None
+    processor.shutdown()
+    assert metrics.monitor._scheduler is None  # the scheduler thread stops with the processor
+    off = install(TracerProvider(), judge=ScriptedJudge(), settings=RagtraceSettings(drift=False))
+    assert off is not None and not isinstance(off._metrics, DriftMetrics)
+    off.shutdown()
