@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext
 from opentelemetry.util.types import AttributeValue
 
-from ragtrace.capture import CapturedSample, CaptureStats, Extractor, extract_samples
+from ragtrace.capture import CapturedSample, CaptureStats, Extractor, extract_samples, span_role
 from ragtrace.judges.base import Judge
 from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
 from ragtrace.live.metrics import RagtraceMetrics
@@ -228,7 +228,7 @@ class RagScoringSpanProcessor(SpanProcessor):
             if self._mode == "link":  # link mode exports at once; the store keeps a reference only
                 forwarded = True
                 self._forward(span)
-            result = self._store.add(span, trace_id, is_root)
+            result = self._store.add(span, trace_id, is_root, span_role(span) == "retrieval")
             if result == "held":
                 return
             if result == "overflow":
@@ -291,6 +291,10 @@ class RagScoringSpanProcessor(SpanProcessor):
     def _close(self, trace: OpenTrace) -> None:
         """Extract samples, decide which to judge, queue the jobs (or pass the trace through)."""
         if trace.overflowed:  # counted as queue_full when it overflowed
+            self._pass_through(trace)
+            return
+        if not trace.has_retrieval and self._extractor is None:  # span_role saw no retrieval: skip capture
+            self._count("not_rag")
             self._pass_through(trace)
             return
         spans = trace.spans

@@ -29,6 +29,7 @@ class OpenTrace:
     spans: list[ReadableSpan]
     opened: float
     overflowed: bool = False
+    has_retrieval: bool = False  # no retrieval span: nothing to extract, the trace passes straight through
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ class SpanStore:
 
     # --- app thread -------------------------------------------------------------------------------
 
-    def add(self, span: ReadableSpan, trace_id: int, is_root: bool) -> AddResult:
+    def add(self, span: ReadableSpan, trace_id: int, is_root: bool, is_retrieval: bool = False) -> AddResult:
         """Hold a span, or say why not: `late` (its trace is closed) or `overflow` (limits reached)."""
         with self.lock:
             if self.closed or trace_id in self._done:
@@ -90,6 +91,7 @@ class SpanStore:
                 self._closing.append(trace_id)
                 return "overflow"
             trace.spans.append(span)
+            trace.has_retrieval = trace.has_retrieval or is_retrieval
             self.held += 1
             if is_root:
                 self._closing.append(trace_id)
