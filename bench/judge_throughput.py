@@ -1,0 +1,212 @@
+"""Live scoring throughput against an OpenAI-compatible HTTP judge that takes 200 ms per call.
+
+The judge is the real `LLMJudge` (litellm, HTTP over 127.0.0.1) talking to the scripted server of
+tests/servers/judge.py, whose every answer arrives after `--latency` seconds (default 0.2) and is
+computed from the prompt. The judge's cache is off and every sample has its own query, contexts and
+response, so each sample costs one real HTTP call. Concurrency is 16 throughout.
+
+Figures:
+- judge_samples_per_s: `judge_and_score` over N samples, all gathered at once and bounded by the
+  judge's own semaphore (concurrency 16); the clock covers the gather only.
+- processor_samples_per_s: the live path. N traces (root -> retrieval span with 3 documents + chat
+  span, via ragtrace.instrument) go through a TracerProvider whose processor is
+  RagScoringSpanProcessor(rate 1.0, concurrency 16, enrich) wrapping a span counter; the clock runs
+  from the first trace's start to the end of `force_flush`. Scored = exported retrieval spans with
+  `ragtrace.eval.status == "scored"`.
+- max_in_flight: the server's peak of concurrent requests, per figure.
+- details.*.cpu_ms_per_sample: this process's CPU time (all threads, the in-process judge server
+  included) per sample. The process has one GIL, so 1000 / cpu_ms_per_sample bounds samples/s
+  whatever the concurrency.
+
+At 200 ms per call and 16 in flight, the ceiling is 16 / 0.2 = 80 samples/s; the target is 40.
+
+    python bench/judge_throughput.py                 # prints one JSON object
+    python bench/judge_throughput.py --samples 200
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import argparse
+import asyncio
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: ragtrace and tests.servers
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+
+from ragtrace.instrument import generation_span, retrieval_span
+from ragtrace.judges import LLMJudge, judge_and_score
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.sampling import Sampler
+from ragtrace.scoring import ContextPrecision, ContextRecall, ContextRelevance, RagSample
+from tests.servers.judge import JudgeServer, Valid
+
+CONCURRENCY = 16
+TARGET = 40.0
+WORDS = ("harbour", "glacier", "lantern", "meadow", "quarry", "orchard", "canyon", "beacon", "tundra", "delta")
+
+
+def texts(i: int, tag: str) -> tuple[str, list[str], str]:
+    """Query, 3 contexts and a response unique to sample `i` (no cache or prompt reuse)."""
+    a, b = WORDS[i % len(WORDS)], WORDS[(i // len(WORDS)) % len(WORDS)]
+    query = f"What is known about the {a} of site {tag}-{i} near the {b}?"
+    contexts = [
+        f"The {a} of site {tag}-{i} was surveyed in {1900 + i % 100}. It lies near the {b}.",
+        f"Site {tag}-{i} has a {b} to the north, recorded by team {i * 7 % 97}.",
+        f"Unrelated note {tag}-{i}: the committee met {i % 12 + 1} times that year.",
+    ]
+    response = f"The {a} of site {tag}-{i} was surveyed in {1900 + i % 100}. It lies near the {b}."
+    return query, contexts, response
+
+
+def make_judge(server: JudgeServer) -> LLMJudge:
+    return LLMJudge(
+        "openai/judge-test", api_base=server.url + "/v1", api_key="x", concurrency=CONCURRENCY, cache=False
+    )
+
+
+def start_server(latency: float) -> JudgeServer:
+    server = JudgeServer()
+    server.default = Valid(delay=latency)
+    return server.start()
+
+
+def warm_up(judge: LLMJudge, scorers: tuple[Any, ...]) -> None:
+    """One call outside the clock: litellm's lazy imports and provider setup."""
+    query, contexts, response = texts(0, "warmup")
+    asyncio.run(judge_and_score(RagSample(query=query, contexts=contexts, response=response), scorers, judge))
+
+
+def judge_throughput(samples: int, latency: float) -> dict[str, Any]:
+    server = start_server(latency)
+    try:
+        judge = make_judge(server)
+        scorers = (ContextPrecision(), ContextRelevance(), ContextRecall())
+        warm_up(judge, scorers)
+        server.max_in_flight = 0
+        batch = [
+            RagSample(query=q, contexts=c, response=r) for q, c, r in (texts(i, "judge") for i in range(samples))
+        ]
+
+        async def run() -> list[Any]:
+            return await asyncio.gather(*(judge_and_score(s, scorers, judge) for s in batch))
+
+        start, cpu = time.perf_counter(), time.process_time()
+        results = asyncio.run(run())
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        scored = sum(1 for r in results if r.by_name()["context_precision"].score is not None)
+        return {
+            "samples_per_s": scored / elapsed,
+            "elapsed_s": elapsed,
+            "cpu_ms_per_sample": cpu * 1000 / samples,
+            "scored": scored,
+            "max_in_flight": server.max_in_flight,
+        }
+    finally:
+        server.stop()
+
+
+class Counter(SpanProcessor):
+    """The exporting side: counts exported spans and scored retrieval spans."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+        self.scored = 0
+        self._lock = threading.Lock()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        attrs = span.attributes or {}
+        with self._lock:
+            self.spans += 1
+            if attrs.get("ragtrace.eval.status") == "scored":
+                self.scored += 1
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def processor_throughput(samples: int, latency: float) -> dict[str, Any]:
+    server = start_server(latency)
+    try:
+        judge = make_judge(server)
+        warm_up(judge, (ContextPrecision(), ContextRelevance()))
+        server.max_in_flight = 0
+        exported = Counter()
+        processor = RagScoringSpanProcessor(
+            exported,
+            judge=judge,
+            sampler=Sampler(1.0),
+            concurrency=CONCURRENCY,
+            max_queue=samples + 10,
+            score_deadline=60,
+        )
+        provider = TracerProvider()
+        provider.add_span_processor(processor)
+        tracer = provider.get_tracer("bench.judge_throughput")
+        start, cpu = time.perf_counter(), time.process_time()
+        for i in range(samples):
+            query, contexts, response = texts(i, "live")
+            with tracer.start_as_current_span("rag request"):
+                with retrieval_span(query, data_source="bench", tracer=tracer) as retrieval:
+                    retrieval.record(contexts)
+                with generation_span(model="app-model", query=query, tracer=tracer) as generation:
+                    generation.record(response)
+        submitted = time.perf_counter() - start
+        flushed = processor.force_flush(120_000)
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        decisions = processor.decisions
+        provider.shutdown()
+        return {
+            "samples_per_s": exported.scored / elapsed,
+            "elapsed_s": elapsed,
+            "submit_s": submitted,
+            "cpu_ms_per_sample": cpu * 1000 / samples,
+            "scored": exported.scored,
+            "spans_exported": exported.spans,
+            "flushed": flushed,
+            "max_in_flight": server.max_in_flight,
+            "decisions": decisions,
+        }
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=400)
+    parser.add_argument("--latency", type=float, default=0.2, help="the judge server's delay per call (s)")
+    args = parser.parse_args()
+    judge = judge_throughput(args.samples, args.latency)
+    live = processor_throughput(args.samples, args.latency)
+    print(json.dumps({
+        "judge_samples_per_s": round(judge["samples_per_s"], 1),
+        "processor_samples_per_s": round(live["samples_per_s"], 1),
+        "concurrency": CONCURRENCY,
+        "judge_latency_s": args.latency,
+        "samples": args.samples,
+        "max_in_flight": {"judge": judge["max_in_flight"], "processor": live["max_in_flight"]},
+        "decisions": live["decisions"],
+        "target": TARGET,
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+        "details": {
+            "judge": {k: judge[k] for k in ("elapsed_s", "cpu_ms_per_sample", "scored")},
+            "processor": {
+                k: live[k]
+                for k in ("elapsed_s", "submit_s", "cpu_ms_per_sample", "scored", "spans_exported", "flushed")
+            },
+        },
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
