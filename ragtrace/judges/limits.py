@@ -7,46 +7,62 @@ on every sampled trace and drop work before it queues a job. Clocks are injectab
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime
+
+logger = logging.getLogger(__name__)
 
 
 class RateLimiter:
     """A token bucket of `requests_per_minute`, holding at most `burst` requests (default: 1).
 
     `acquire()` reserves the next free slot and sleeps until it, so waiters are served in arrival order
-    and a burst of callers never exceeds the rate; reservations are made under a lock, so one limiter may
-    be shared by several event loops or threads.
+    and a burst of callers never exceeds the rate; `try_acquire()` takes a slot only if one is free now
+    (the live sampler's throttle). Reservations are made under a lock, so one limiter may be shared by
+    several event loops or threads.
     """
 
     def __init__(
         self,
         requests_per_minute: float,
         *,
-        burst: int = 1,
+        burst: float = 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not requests_per_minute > 0:
             raise ValueError(f"requests_per_minute must be > 0, got {requests_per_minute!r}")
-        if burst < 1:
+        if not burst >= 1:
             raise ValueError(f"burst must be >= 1, got {burst!r}")
         self.rate = requests_per_minute / 60.0
-        self.burst = burst
+        self.burst = float(burst)
         self._clock = clock
         self._tokens = float(burst)
         self._updated = clock()
         self._lock = threading.Lock()
 
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + max(0.0, now - self._updated) * self.rate)
+        self._updated = now
+
     def reserve(self) -> float:
         """Take one request slot now; return how many seconds the caller must wait before using it."""
         with self._lock:
-            now = self._clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate)
-            self._updated = now
+            self._refill()
             self._tokens -= 1.0
             return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+    def try_acquire(self) -> bool:
+        """Take one slot if one is free now; never waits and never goes into debt."""
+        with self._lock:
+            self._refill()
+            if self._tokens >= 1.0:
+                self._tokens -= 1.0
+                return True
+            return False
 
     async def acquire(self) -> float:
         """Wait for a request slot; returns the seconds waited."""
@@ -60,42 +76,47 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class DailyTokenBudget:
-    """At most `limit` judge tokens (input + output) per UTC day; the count restarts at UTC midnight.
+class DailyBudget:
+    """At most `limit` of something (judge tokens, USD) per UTC day; the count restarts at UTC midnight.
 
     Spend is recorded after each call (`spend`), so concurrent calls in flight may overshoot by what they
-    use; `exhausted()` then stops new calls until the day rolls over.
+    use; `exhausted()` then stops new calls until the day rolls over. A clock stepping back never refunds
+    the day, and a failing clock keeps the current day.
     """
 
-    def __init__(self, limit: int, *, clock: Callable[[], datetime] = _utc_now) -> None:
-        if limit < 0:
+    def __init__(self, limit: float, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        if not limit >= 0:
             raise ValueError(f"limit must be >= 0, got {limit!r}")
         self.limit = limit
         self._clock = clock
-        self._day = self._today()
-        self._spent = 0
+        self._day = self._today() or date.min
+        self._spent: float = 0
         self._lock = threading.Lock()
 
-    def _today(self) -> date:
-        now = self._clock()
-        return (now.astimezone(UTC) if now.tzinfo else now).date()
+    def _today(self) -> date | None:
+        try:
+            now = self._clock()
+            return (now.astimezone(UTC) if now.tzinfo else now).date()
+        except Exception:
+            logger.warning("wall clock failed; keeping the current budget day", exc_info=True)
+            return None
 
     def _roll(self) -> None:
         today = self._today()
-        if today != self._day:
+        if today is not None and today > self._day:
             self._day, self._spent = today, 0
 
-    def spend(self, tokens: int) -> None:
+    def spend(self, amount: float) -> None:
         with self._lock:
             self._roll()
-            self._spent += max(0, int(tokens))
+            self._spent += max(0, amount)
 
-    def spent(self) -> int:
+    def spent(self) -> float:
         with self._lock:
             self._roll()
             return self._spent
 
-    def remaining(self) -> int:
+    def remaining(self) -> float:
         with self._lock:
             self._roll()
             return max(0, self.limit - self._spent)
@@ -103,6 +124,10 @@ class DailyTokenBudget:
     def exhausted(self) -> bool:
         return self.remaining() <= 0
 
-    def can_afford(self, tokens: int) -> bool:
-        """Whether a call expected to use `tokens` fits in what is left today."""
-        return self.remaining() >= tokens
+    def can_afford(self, amount: float) -> bool:
+        """Whether a call expected to cost `amount` fits in what is left today."""
+        return self.remaining() >= amount
+
+
+# The judge's budget counts tokens (input + output); the name says what it counts.
+DailyTokenBudget = DailyBudget

@@ -14,16 +14,16 @@ from __future__ import annotations
 import fnmatch
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
+from ragtrace.judges.limits import DailyBudget, RateLimiter
 from ragtrace.scoring.result import JudgeUsage
 
 __all__ = ["Admission", "Sampler", "SamplingRule", "trace_sampled"]
@@ -100,12 +100,6 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _utc_day(moment: datetime) -> date:
-    if moment.tzinfo is None:  # a naive clock is taken to be UTC already
-        return moment.date()
-    return moment.astimezone(UTC).date()
-
-
 class Sampler:
     """Sampling by trace-id hash (base rate, per-rule rates, per-scorer caps) plus throttle and daily budget.
 
@@ -153,13 +147,18 @@ class Sampler:
         self._scorer_bounds = {name: _bound(r) for name, r in self.scorer_rates.items()}
         self._max_bound = max((self._base_bound, *self._rule_bounds))
 
-        self._lock = threading.Lock()
-        self._capacity = max(1.0, evaluations_per_minute) if evaluations_per_minute else 0.0
-        self._tokens = self._capacity
-        self._refilled_at = clock()
-        self._day = _utc_day(wall_clock())
-        self._tokens_spent = 0
-        self._usd_spent = 0.0
+        # Admission uses the judges' own limiters: a non-blocking token bucket holding one minute's worth
+        # of evaluations, and daily budgets (an unset budget still counts, so spend is always reported).
+        self._throttle = (
+            RateLimiter(evaluations_per_minute, burst=max(1.0, evaluations_per_minute), clock=clock)
+            if evaluations_per_minute
+            else None
+        )
+        no_limit = math.inf
+        self._token_budget = DailyBudget(
+            no_limit if daily_token_budget is None else daily_token_budget, clock=wall_clock
+        )
+        self._usd_budget = DailyBudget(no_limit if daily_usd_budget is None else daily_usd_budget, clock=wall_clock)
         self._unpriced_warned = False
 
     # -- sampling (pure in the trace id) ------------------------------------------------------------
@@ -196,57 +195,25 @@ class Sampler:
 
     def admit(self) -> Admission:
         """Take one evaluation from the per-minute bucket unless the day's budget is spent. Thread-safe."""
-        with self._lock:
-            self._roll_day()
-            if self._over_budget():
-                return "over_budget"
-            if self.evaluations_per_minute is None:
-                return "ok"
-            now = self._clock()
-            elapsed = max(0.0, now - self._refilled_at)
-            self._refilled_at = now
-            self._tokens = min(self._capacity, self._tokens + elapsed * self.evaluations_per_minute / 60.0)
-            if self._tokens >= 1.0:
-                self._tokens -= 1.0
-                return "ok"
-            return "throttled"
+        if self._token_budget.exhausted() or self._usd_budget.exhausted():
+            return "over_budget"  # checked first, so a spent budget does not use up the throttle
+        if self._throttle is None or self._throttle.try_acquire():
+            return "ok"
+        return "throttled"
 
     def charge(self, usage: JudgeUsage) -> None:
         """Add what a judging cost to today's spend. An unknown price (cost None) adds no USD."""
-        with self._lock:
-            self._roll_day()
-            self._tokens_spent += max(0, usage.input_tokens) + max(0, usage.output_tokens)
-            if usage.cost_usd is not None:
-                self._usd_spent += max(0.0, usage.cost_usd)
-            elif self.daily_usd_budget is not None and usage.calls and not self._unpriced_warned:
-                self._unpriced_warned = True
-                _logger.warning("judge model %r has no known price; the USD budget cannot count its calls", usage.model)
+        self._token_budget.spend(max(0, usage.input_tokens) + max(0, usage.output_tokens))
+        if usage.cost_usd is not None:
+            self._usd_budget.spend(usage.cost_usd)
+        elif self.daily_usd_budget is not None and usage.calls and not self._unpriced_warned:
+            self._unpriced_warned = True
+            _logger.warning("judge model %r has no known price; the USD budget cannot count its calls", usage.model)
 
     @property
     def tokens_spent_today(self) -> int:
-        with self._lock:
-            self._roll_day()
-            return self._tokens_spent
+        return int(self._token_budget.spent())
 
     @property
     def usd_spent_today(self) -> float:
-        with self._lock:
-            self._roll_day()
-            return self._usd_spent
-
-    def _roll_day(self) -> None:
-        """Reset the spend at UTC midnight (called under the lock)."""
-        try:
-            today = _utc_day(self._wall_clock())
-        except Exception:
-            _logger.warning("wall clock failed; keeping the current budget day", exc_info=True)
-            return
-        if today > self._day:  # a clock stepping back must not refund the day
-            self._day = today
-            self._tokens_spent = 0
-            self._usd_spent = 0.0
-
-    def _over_budget(self) -> bool:
-        if self.daily_token_budget is not None and self._tokens_spent >= self.daily_token_budget:
-            return True
-        return self.daily_usd_budget is not None and self._usd_spent >= self.daily_usd_budget
+        return float(self._usd_budget.spent())
