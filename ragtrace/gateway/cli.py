@@ -76,7 +76,7 @@ def _port(value: int | None) -> int | None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
-    from ragtrace.gateway.server import Gateway
+    from ragtrace.gateway.server import Gateway, otlp_meter_provider
     from ragtrace.live.setup import RagtraceSettings
 
     logging.basicConfig(level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -85,6 +85,7 @@ def run_serve(args: argparse.Namespace) -> int:
         overrides = {name: getattr(args, name) for name in _SETTING_FLAGS if getattr(args, name, None) is not None}
         if overrides:
             settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
+        meter_provider = otlp_meter_provider(args.exporter_endpoint, args.exporter_protocol)
         gateway = Gateway(
             settings,
             host=args.host,
@@ -94,6 +95,7 @@ def run_serve(args: argparse.Namespace) -> int:
             exporter_endpoint=args.exporter_endpoint,
             exporter_protocol=args.exporter_protocol,
             trace_settle=args.trace_settle,
+            meter_provider=meter_provider,
         )
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"ragtrace serve: {exc}", file=sys.stderr)
@@ -117,6 +119,7 @@ def run_serve(args: argparse.Namespace) -> int:
         print("ragtrace serve: stopping, flushing held spans", flush=True)
     finally:
         gateway.shutdown()
+        meter_provider.shutdown()  # the last metric export, after the processor's final counts
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(f"ragtrace serve: stopped {gateway.health()}", flush=True)

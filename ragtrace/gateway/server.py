@@ -37,6 +37,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
@@ -100,6 +101,32 @@ def otlp_exporting(endpoint: str | None = None, protocol: str | None = None) -> 
         schedule_delay_millis=_env_int("OTEL_BSP_SCHEDULE_DELAY", 200),
         max_export_batch_size=_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 2048),
     )
+
+
+def otlp_meter_provider(endpoint: str | None = None, protocol: str | None = None) -> SdkMeterProvider:
+    """ragtrace's own metrics (scores, decisions, judge cost, drift) to the same next hop as the spans."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+
+    protocol = (
+        protocol
+        or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "grpc"
+    ).strip()
+    exporter: MetricExporter
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
+
+        exporter = GrpcMetrics(endpoint=endpoint)
+    elif protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
+
+        if endpoint is not None and "/v1/" not in endpoint:
+            endpoint = endpoint.rstrip("/") + "/v1/metrics"
+        exporter = HttpMetrics(endpoint=endpoint)
+    else:
+        raise ValueError(f"exporter protocol must be 'grpc' or 'http/protobuf', got {protocol!r}")
+    return SdkMeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter)])
 
 
 # ------------------------------------------------------------------------------------------------ settle

@@ -231,6 +231,10 @@ def test_serve_subprocess_flushes_on_sigterm(otlp_receiver: OtlpReceiver) -> Non
     assert retrieval.attributes["ragtrace.eval.status"] == "scored"
     assert retrieval.attributes["ragtrace.judge.model"].startswith("local")
     assert "ragtrace.context_precision.score" in retrieval.attributes
+    # ragtrace's own metrics go to the same next hop, flushed at shutdown.
+    decisions = otlp_receiver.wait_for_metric("ragtrace.evaluation.decisions", timeout=5)
+    assert any(p.attributes.get("decision") == "scored" for p in decisions.data_points)
+    assert otlp_receiver.wait_for_metric("ragtrace.evaluation.score", timeout=5).data_points
 
 
 # ------------------------------------------------------------------ edges
