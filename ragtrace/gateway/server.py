@@ -69,6 +69,24 @@ def _env_int(name: str, default: int) -> int | None:
     return None if os.environ.get(name) else default
 
 
+def _otlp_target(signal: str, endpoint: str | None, protocol: str | None) -> tuple[str, str | None]:
+    """Protocol and endpoint for one signal (`traces`, `metrics`), with the OTLP env vars as fallback.
+
+    An http/protobuf endpoint given as a base URL (as OTEL_EXPORTER_OTLP_ENDPOINT is) gets the signal's path.
+    """
+    resolved = (
+        protocol
+        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "grpc"
+    ).strip()
+    if resolved not in ("grpc", "http/protobuf"):
+        raise ValueError(f"exporter protocol must be 'grpc' or 'http/protobuf', got {resolved!r}")
+    if resolved == "http/protobuf" and endpoint is not None and "/v1/" not in endpoint:
+        endpoint = endpoint.rstrip("/") + f"/v1/{signal}"
+    return resolved, endpoint
+
+
 def otlp_exporting(endpoint: str | None = None, protocol: str | None = None) -> BatchSpanProcessor:
     """The next hop: the SDK's OTLP exporter (gRPC or http/protobuf) behind a BatchSpanProcessor.
 
@@ -76,25 +94,16 @@ def otlp_exporting(endpoint: str | None = None, protocol: str | None = None) -> 
     The batch queue is larger and the delay shorter than an app's defaults (a gateway carries many apps'
     traffic); `OTEL_BSP_*` variables override both.
     """
-    protocol = (
-        protocol
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "grpc"
-    ).strip()
+    protocol, endpoint = _otlp_target("traces", endpoint, protocol)
     exporter: SpanExporter
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
         exporter = GrpcExporter(endpoint=endpoint)
-    elif protocol == "http/protobuf":
+    else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
-        if endpoint is not None and "/v1/" not in endpoint:  # a base URL, as OTEL_EXPORTER_OTLP_ENDPOINT is
-            endpoint = endpoint.rstrip("/") + "/v1/traces"
         exporter = HttpExporter(endpoint=endpoint)
-    else:
-        raise ValueError(f"exporter protocol must be 'grpc' or 'http/protobuf', got {protocol!r}")
     return BatchSpanProcessor(
         exporter,
         max_queue_size=_env_int("OTEL_BSP_MAX_QUEUE_SIZE", 65_536),
@@ -107,25 +116,16 @@ def otlp_meter_provider(endpoint: str | None = None, protocol: str | None = None
     """ragtrace's own metrics (scores, decisions, judge cost, drift) to the same next hop as the spans."""
     from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 
-    protocol = (
-        protocol
-        or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "grpc"
-    ).strip()
+    protocol, endpoint = _otlp_target("metrics", endpoint, protocol)
     exporter: MetricExporter
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
 
         exporter = GrpcMetrics(endpoint=endpoint)
-    elif protocol == "http/protobuf":
+    else:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
 
-        if endpoint is not None and "/v1/" not in endpoint:
-            endpoint = endpoint.rstrip("/") + "/v1/metrics"
         exporter = HttpMetrics(endpoint=endpoint)
-    else:
-        raise ValueError(f"exporter protocol must be 'grpc' or 'http/protobuf', got {protocol!r}")
     return SdkMeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter)])
 
 
