@@ -60,18 +60,12 @@ class ScoreTable(SpanExporter):
 
 
 def _otlp_processor() -> BatchSpanProcessor | None:
-    """Export over OTLP only when the standard OTel variables ask for it."""
+    """Export over OTLP only when the standard OTel variables ask for it (protocol from them too)."""
     if not (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
         return None
-    env = os.environ
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-    if protocol.startswith("http"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    from ragtrace.live.otlp import otlp_span_exporter
 
-        return BatchSpanProcessor(HttpExporter())
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-
-    return BatchSpanProcessor(GrpcExporter())
+    return BatchSpanProcessor(otlp_span_exporter())
 
 
 def run_demo(requests: int = 18, judge: str = "local", sample_rate: float = 1.0, out: TextIO = sys.stdout) -> int:

@@ -76,7 +76,8 @@ def _port(value: int | None) -> int | None:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
-    from ragtrace.gateway.server import Gateway, otlp_meter_provider
+    from ragtrace.gateway.server import Gateway
+    from ragtrace.live.otlp import otlp_meter_provider
     from ragtrace.live.setup import RagtraceSettings
 
     logging.basicConfig(level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

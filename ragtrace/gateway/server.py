@@ -37,13 +37,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from ragtrace.gateway.convert import received_spans, span_count
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
+from ragtrace.live.otlp import otlp_span_exporter
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.setup import RagtraceSettings
@@ -69,24 +69,6 @@ def _env_int(name: str, default: int) -> int | None:
     return None if os.environ.get(name) else default
 
 
-def _otlp_target(signal: str, endpoint: str | None, protocol: str | None) -> tuple[str, str | None]:
-    """Protocol and endpoint for one signal (`traces`, `metrics`), with the OTLP env vars as fallback.
-
-    An http/protobuf endpoint given as a base URL (as OTEL_EXPORTER_OTLP_ENDPOINT is) gets the signal's path.
-    """
-    resolved = (
-        protocol
-        or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "grpc"
-    ).strip()
-    if resolved not in ("grpc", "http/protobuf"):
-        raise ValueError(f"exporter protocol must be 'grpc' or 'http/protobuf', got {resolved!r}")
-    if resolved == "http/protobuf" and endpoint is not None and "/v1/" not in endpoint:
-        endpoint = endpoint.rstrip("/") + f"/v1/{signal}"
-    return resolved, endpoint
-
-
 def otlp_exporting(endpoint: str | None = None, protocol: str | None = None) -> BatchSpanProcessor:
     """The next hop: the SDK's OTLP exporter (gRPC or http/protobuf) behind a BatchSpanProcessor.
 
@@ -94,39 +76,13 @@ def otlp_exporting(endpoint: str | None = None, protocol: str | None = None) -> 
     The batch queue is larger and the delay shorter than an app's defaults (a gateway carries many apps'
     traffic); `OTEL_BSP_*` variables override both.
     """
-    protocol, endpoint = _otlp_target("traces", endpoint, protocol)
-    exporter: SpanExporter
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-
-        exporter = GrpcExporter(endpoint=endpoint)
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-
-        exporter = HttpExporter(endpoint=endpoint)
+    exporter = otlp_span_exporter(endpoint, protocol)
     return BatchSpanProcessor(
         exporter,
         max_queue_size=_env_int("OTEL_BSP_MAX_QUEUE_SIZE", 65_536),
         schedule_delay_millis=_env_int("OTEL_BSP_SCHEDULE_DELAY", 200),
         max_export_batch_size=_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 2048),
     )
-
-
-def otlp_meter_provider(endpoint: str | None = None, protocol: str | None = None) -> SdkMeterProvider:
-    """ragtrace's own metrics (scores, decisions, judge cost, drift) to the same next hop as the spans."""
-    from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
-
-    protocol, endpoint = _otlp_target("metrics", endpoint, protocol)
-    exporter: MetricExporter
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
-
-        exporter = GrpcMetrics(endpoint=endpoint)
-    else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
-
-        exporter = HttpMetrics(endpoint=endpoint)
-    return SdkMeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter)])
 
 
 # ------------------------------------------------------------------------------------------------ settle

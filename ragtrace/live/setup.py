@@ -27,6 +27,7 @@ from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
 from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.otlp import otlp_span_exporter
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
@@ -133,10 +134,9 @@ class RagtraceSettings(BaseModel):
 
 def _default_exporting() -> SpanProcessor:
     """What a provider with no processor would normally get: OTLP export, configured by OTEL_* env."""
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    return BatchSpanProcessor(OTLPSpanExporter())
+    return BatchSpanProcessor(otlp_span_exporter())
 
 
 def _sdk_provider(tracer_provider: TracerProvider | None) -> TracerProvider:
