@@ -88,5 +88,6 @@ def run_demo(requests: int = 18, judge: str = "local", sample_rate: float = 1.0,
     provider.shutdown()
     print(f"{table.summary()} in {time.perf_counter() - started:.1f} s", file=out)
     if otlp is not None:
-        print("scored spans were exported over OTLP as well", file=out)
+        endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        print(f"spans were also sent over OTLP to {endpoint} (export errors, if any, are logged above)", file=out)
     return 0
