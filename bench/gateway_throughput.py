@@ -68,32 +68,6 @@ class Sink(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
-def _rag_trace(tracer: Any, number: int) -> None:
-    """bench/overhead.py's RAG trace, with texts unique to the trace: the local judge caches embeddings,
-    so repeated texts would time the cache, not the judge."""
-    from opentelemetry.trace import set_span_in_context
-
-    docs = json.dumps([
-        {"id": f"doc-{number}-{i}", "score": 0.9 - i / 10,
-         "content": f"passage {i} of request {number}: " + "lorem ipsum dolor sit amet " * 8}
-        for i in range(5)
-    ])
-    answer = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": f"answer {number} " * 20}]}])
-    with tracer.start_as_current_span("request") as root:
-        ctx = set_span_in_context(root)
-        with tracer.start_as_current_span("auth", context=ctx):
-            pass
-        with tracer.start_as_current_span("retrieve", context=ctx) as r:
-            r.set_attribute("gen_ai.operation.name", "retrieval")
-            r.set_attribute("gen_ai.retrieval.query.text", f"what is lorem ipsum, question {number}?")
-            r.set_attribute("gen_ai.retrieval.documents", docs)
-        with tracer.start_as_current_span("chat", context=ctx) as g:
-            g.set_attribute("gen_ai.operation.name", "chat")
-            g.set_attribute("gen_ai.output.messages", answer)
-        with tracer.start_as_current_span("render", context=ctx):
-            pass
-
-
 def _send(port: int, traces: int, rag: bool, ready: Any, go: Any) -> None:
     """Child process: build and encode the requests first, then send them as fast as the gateway takes them."""
     import overhead
@@ -109,7 +83,7 @@ def _send(port: int, traces: int, rag: bool, ready: Any, go: Any) -> None:
     payloads = []
     for start in range(0, traces, TRACES_PER_REQUEST):
         for number in range(start, min(start + TRACES_PER_REQUEST, traces)):
-            _rag_trace(tracer, number) if rag else overhead.plain_trace(tracer)
+            overhead.rag_trace(tracer, number) if rag else overhead.plain_trace(tracer)
         payloads.append(encode_spans(memory.get_finished_spans()).SerializeToString())
         memory.clear()
     ready.set()
@@ -183,9 +157,9 @@ def main() -> None:
 
     scale = 0.1 if args.quick else 1.0
     plans: dict[str, tuple[int, bool, float, str | Judge]] = {
-        "passthrough_unsampled": (20_000, False, 0.0, overhead.InstantJudge()),
-        "passthrough_sampled_not_rag": (10_000, False, 1.0, overhead.InstantJudge()),
-        "instant_judge": (4_000, True, 1.0, overhead.InstantJudge()),
+        "passthrough_unsampled": (20_000, False, 0.0, overhead.FixedJudge()),
+        "passthrough_sampled_not_rag": (10_000, False, 1.0, overhead.FixedJudge()),
+        "instant_judge": (4_000, True, 1.0, overhead.FixedJudge()),
         "local_judge": (100, True, 1.0, "local"),
     }
     results = [

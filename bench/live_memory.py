@@ -16,7 +16,6 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import argparse
-import asyncio
 import gc
 import json
 import sys
@@ -27,18 +26,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.trace import Tracer, set_span_in_context
+from overhead import FixedJudge, rag_trace  # the same workload and judge as the overhead bench
 
-from ragtrace.judges.base import Judgement, JudgeRequest
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from ragtrace.scoring import ContextVerdict, JudgeUsage, Verdicts
 
-DOCS = json.dumps([
-    {"id": f"doc-{i}", "score": 0.9 - i / 10, "content": f"passage {i} " + "lorem ipsum dolor sit amet " * 8}
-    for i in range(5)
-])
-ANSWER = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "an answer " * 20}]}])
 PRIME = (1 << 61) - 1
 
 
@@ -101,34 +93,6 @@ class Entry(SpanProcessor):
         return self.inner.force_flush(timeout_millis)
 
 
-class SlowJudge:
-    model = "bench/slow"
-    prompt_version = "bench-v1"
-    fused = True
-
-    async def judge(self, request: JudgeRequest) -> Judgement:
-        await asyncio.sleep(1.0)
-        contexts = [ContextVerdict(index=i, useful=True, level="high", used=True)
-                    for i in range(len(request.sample.contexts))]
-        return Judgement(Verdicts(contexts=contexts), JudgeUsage(calls=1, model=self.model))
-
-
-def rag_trace(tracer: Tracer) -> None:
-    with tracer.start_as_current_span("request") as root:
-        ctx = set_span_in_context(root)
-        with tracer.start_as_current_span("auth", context=ctx):
-            pass
-        with tracer.start_as_current_span("retrieve", context=ctx) as r:
-            r.set_attribute("gen_ai.operation.name", "retrieval")
-            r.set_attribute("gen_ai.retrieval.query.text", "what is lorem ipsum?")
-            r.set_attribute("gen_ai.retrieval.documents", DOCS)
-        with tracer.start_as_current_span("chat", context=ctx) as g:
-            g.set_attribute("gen_ai.operation.name", "chat")
-            g.set_attribute("gen_ai.output.messages", ANSWER)
-        with tracer.start_as_current_span("render", context=ctx):
-            pass
-
-
 def bytes_per_held_span(n: int = 20_000) -> float:
     """RSS cost of keeping n ended spans of this workload alive (what the held store pays per span)."""
     kept: list[ReadableSpan] = []
@@ -167,7 +131,7 @@ def bytes_per_job(n: int = 2000) -> float:
     provider.add_span_processor(Keep())
     rag_trace(provider.get_tracer("calibrate"))
     template = extract_samples(spans)[0].sample
-    worker = ScoringWorker(SlowJudge(), concurrency=8, max_queue=n)
+    worker = ScoringWorker(FixedJudge(delay=1.0), concurrency=8, max_queue=n)
     worker.start()
     gc.collect()
     before = rss_mb()
@@ -200,7 +164,7 @@ def main() -> None:
     per_job = bytes_per_job()
     exported = Exported()
     proc = RagScoringSpanProcessor(
-        exported, judge=SlowJudge(), sampler=Sampler(1.0), max_held_spans=args.max_held_spans,
+        exported, judge=FixedJudge(delay=1.0), sampler=Sampler(1.0), max_held_spans=args.max_held_spans,
         max_open_traces=args.max_open_traces, max_queue=args.max_queue, score_deadline=args.score_deadline,
         max_trace_wait=args.score_deadline,
     )

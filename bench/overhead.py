@@ -18,6 +18,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import argparse
+import asyncio
 import json
 import statistics
 import sys
@@ -52,29 +53,47 @@ class Noop(SpanProcessor):
     pass
 
 
-class InstantJudge:
-    model = "bench/instant"
+class FixedJudge:
+    """Every context useful, high and used, after `delay` seconds (0: a judge answering at once)."""
+
     prompt_version = "bench-v1"
     fused = True
 
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.model = f"bench/fixed-{delay:g}s"
+
     async def judge(self, request: JudgeRequest) -> Judgement:
+        if self.delay:
+            await asyncio.sleep(self.delay)
         contexts = [ContextVerdict(index=i, useful=True, level="high", used=True)
                     for i in range(len(request.sample.contexts))]
         return Judgement(Verdicts(contexts=contexts), JudgeUsage(calls=1, model=self.model))
 
 
-def rag_trace(tracer: Tracer) -> None:
+def rag_trace(tracer: Tracer, number: int | None = None) -> None:
+    """Root, 2 plain children, a GenAI retrieval (5 documents) and a chat span. With `number`, every text
+    is unique to the trace (a caching judge would otherwise time its cache); without, texts are shared."""
+    docs, answer, query = DOCS, ANSWER, "what is lorem ipsum?"
+    if number is not None:
+        docs = json.dumps([
+            {"id": f"doc-{number}-{i}", "score": 0.9 - i / 10,
+             "content": f"passage {i} of request {number}: " + "lorem ipsum dolor sit amet " * 8}
+            for i in range(5)
+        ])
+        answer = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": f"answer {number} " * 20}]}])
+        query = f"what is lorem ipsum, question {number}?"
     with tracer.start_as_current_span("request") as root:
         ctx = set_span_in_context(root)
         with tracer.start_as_current_span("auth", context=ctx):
             pass
         with tracer.start_as_current_span("retrieve", context=ctx) as r:
             r.set_attribute("gen_ai.operation.name", "retrieval")
-            r.set_attribute("gen_ai.retrieval.query.text", "what is lorem ipsum?")
-            r.set_attribute("gen_ai.retrieval.documents", DOCS)
+            r.set_attribute("gen_ai.retrieval.query.text", query)
+            r.set_attribute("gen_ai.retrieval.documents", docs)
         with tracer.start_as_current_span("chat", context=ctx) as g:
             g.set_attribute("gen_ai.operation.name", "chat")
-            g.set_attribute("gen_ai.output.messages", ANSWER)
+            g.set_attribute("gen_ai.output.messages", answer)
         with tracer.start_as_current_span("render", context=ctx):
             pass
 
@@ -92,7 +111,7 @@ def make_provider(with_ragtrace: bool) -> tuple[TracerProvider, RagScoringSpanPr
     provider = TracerProvider()
     proc = None
     if with_ragtrace:
-        proc = RagScoringSpanProcessor(exporting, judge=InstantJudge(), sampler=Sampler(0.1))
+        proc = RagScoringSpanProcessor(exporting, judge=FixedJudge(), sampler=Sampler(0.1))
         provider.add_span_processor(proc)
     else:
         provider.add_span_processor(exporting)
@@ -124,7 +143,7 @@ def on_end_times(n_traces: int) -> list[float]:
     tracer = provider.get_tracer("bench")
     for i in range(n_traces):
         (rag_trace if i % 2 == 0 else plain_trace)(tracer)
-    proc = RagScoringSpanProcessor(Noop(), judge=InstantJudge(), sampler=Sampler(0.1))
+    proc = RagScoringSpanProcessor(Noop(), judge=FixedJudge(), sampler=Sampler(0.1))
     times = []
     clock = time.perf_counter_ns
     for span in spans:
