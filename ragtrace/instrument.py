@@ -16,8 +16,8 @@ import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, ParamSpec, TypeVar, cast
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Tracer
@@ -109,10 +109,16 @@ def _first_str(args: tuple[Any, ...], kwargs: dict[str, Any], names: tuple[str, 
     return next((a for a in args if isinstance(a, str)), "")
 
 
-def traced_retrieval(
-    *, data_source: str | None = None, tracer: Tracer | None = None
+class _Recorder(Protocol):
+    def record(self, value: Any, /) -> None: ...
+
+
+def _traced(
+    open_span: Callable[[str], AbstractContextManager[_Recorder]],
+    query_names: tuple[str, ...],
+    recorded: Callable[[Any], Any],
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """Decorate `search(query, ...) -> documents` (sync or async): the first str argument is the query."""
+    """A decorator that opens a span around a sync or async call and records what the call returned."""
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         if inspect.iscoroutinefunction(fn):
@@ -120,54 +126,42 @@ def traced_retrieval(
 
             @functools.wraps(fn)
             async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                query = _first_str(args, kwargs, ("query", "question"))
-                with retrieval_span(query, data_source=data_source, tracer=tracer) as rec:
-                    docs = await async_fn(*args, **kwargs)
-                    rec.record(docs)
-                    return docs
+                with open_span(_first_str(args, kwargs, query_names)) as recorder:
+                    result = await async_fn(*args, **kwargs)
+                    recorder.record(recorded(result))
+                    return result
 
             return cast(Callable[P, R], async_wrapper)
 
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            query = _first_str(args, kwargs, ("query", "question"))
-            with retrieval_span(query, data_source=data_source, tracer=tracer) as rec:
-                docs = fn(*args, **kwargs)
-                rec.record(cast(Iterable[Any], docs))
-                return docs
+            with open_span(_first_str(args, kwargs, query_names)) as recorder:
+                result = fn(*args, **kwargs)
+                recorder.record(recorded(result))
+                return result
 
         return wrapper
 
     return decorate
+
+
+def traced_retrieval(
+    *, data_source: str | None = None, tracer: Tracer | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate `search(query, ...) -> documents` (sync or async): the first str argument is the query."""
+    return _traced(
+        lambda query: retrieval_span(query, data_source=data_source, tracer=tracer),
+        ("query", "question"),
+        lambda documents: documents,
+    )
 
 
 def traced_generation(
     *, model: str = "", tracer: Tracer | None = None
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Decorate `answer(query, ...) -> str` (sync or async): the first str argument is the user message."""
-
-    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
-        if inspect.iscoroutinefunction(fn):
-            async_fn = cast(Callable[P, Awaitable[Any]], fn)
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                query = _first_str(args, kwargs, ("query", "question", "prompt"))
-                with generation_span(model=model, query=query, tracer=tracer) as rec:
-                    text = await async_fn(*args, **kwargs)
-                    rec.record(str(text))
-                    return text
-
-            return cast(Callable[P, R], async_wrapper)
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            query = _first_str(args, kwargs, ("query", "question", "prompt"))
-            with generation_span(model=model, query=query, tracer=tracer) as rec:
-                text = fn(*args, **kwargs)
-                rec.record(str(text))
-                return text
-
-        return wrapper
-
-    return decorate
+    return _traced(
+        lambda query: generation_span(model=model, query=query, tracer=tracer),
+        ("query", "question", "prompt"),
+        str,
+    )
