@@ -32,13 +32,12 @@ from ragtrace.live.sampling import Sampler
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef, SpanStore
 from ragtrace.live.worker import ScoreJob, ScoringWorker
 from ragtrace.scoring import (
-    ContextPrecision,
     ContextRecall,
-    ContextRelevance,
     JudgeUsage,
     RagSample,
     Scorer,
     ScoreResult,
+    default_scorers,
 )
 
 logger = logging.getLogger(__name__)
@@ -120,7 +119,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._exporting = exporting
         self._judge = judge
         self._scorers: tuple[Scorer, ...] = (
-            tuple(scorers) if scorers is not None else (ContextPrecision(), ContextRelevance(), ContextRecall())
+            tuple(scorers) if scorers is not None else tuple(default_scorers())
         )
         self._by_name = {s.name: s for s in self._scorers}
         self._sampler = sampler if sampler is not None else Sampler()
