@@ -13,7 +13,6 @@ from opentelemetry.sdk.trace import ReadableSpan
 from ragtrace.capture.values import (
     Attrs,
     CaptureLimits,
-    GenerationReading,
     RetrievalReading,
     Skip,
     as_id,
@@ -69,7 +68,12 @@ def documents_from(items: list[Any], limits: CaptureLimits, notes: set[str]) -> 
         if not isinstance(item, dict):
             notes.add("invalid_document")
             continue
-        content = next((item[k] for k in CONTENT_KEYS if isinstance(item.get(k), str)), None)
+        content = None
+        for key in CONTENT_KEYS:
+            value = item.get(key)
+            if isinstance(value, str):
+                content = value
+                break
         if content is None:
             notes.add("document_without_content")
             continue
@@ -146,11 +150,11 @@ def user_message(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes:
     return found
 
 
-def read_generation(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> GenerationReading:
+def read_response(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> str:
     response = first_assistant_text(_messages(span, attrs, OUTPUT_MESSAGES, limits, notes))
     if response is None:
         for group in indexed(attrs, "gen_ai.completion."):
             response = content_text(group.get("content"))
             if response is not None:
                 break
-    return GenerationReading(response=response or "", user_message=user_message(span, attrs, limits, notes))
+    return response or ""

@@ -9,7 +9,6 @@ from opentelemetry.sdk.trace import ReadableSpan
 from ragtrace.capture.values import (
     Attrs,
     CaptureLimits,
-    GenerationReading,
     RetrievalReading,
     as_id,
     as_number,
@@ -90,7 +89,7 @@ def user_message(attrs: Attrs) -> str | None:
     return last
 
 
-def read_generation(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> GenerationReading:
+def read_response(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> str:
     response: str | None = None
     for group in indexed(attrs, OUTPUT_MESSAGES_PREFIX):
         if str(group.get("message.role", "assistant")).lower() in ("assistant", "ai", "model"):
@@ -103,4 +102,4 @@ def read_generation(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, not
             response = response_from(maybe_json(value, limits))
         elif value is not None:
             notes.add("wrong_attribute_type")
-    return GenerationReading(response=response or "", user_message=user_message(attrs))
+    return response or ""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -31,7 +31,6 @@ from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor
 from ragtrace.capture.values import (
     DEFAULT_LIMITS,
     CaptureLimits,
-    GenerationReading,
     RetrievalReading,
     Skip,
     attrs_of,
@@ -53,7 +52,6 @@ class _Node:
     role: str | None = None
     shape: str = ""
     order: int = 0
-    ancestors: list[int] = field(default_factory=list)
 
     @property
     def sort_key(self) -> tuple[int, int, int]:
@@ -61,7 +59,7 @@ class _Node:
 
 
 def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if type(value) is int else None  # not bool, not an int subclass with surprises
 
 
 def _node(span: ReadableSpan, order: int) -> _Node | None:
@@ -72,12 +70,12 @@ def _node(span: ReadableSpan, order: int) -> _Node | None:
         return None
     parent = getattr(span, "parent", None)
     return _Node(
-        span=span,
-        trace_id=trace_id,
-        span_id=span_id,
-        parent_id=_int_or_none(getattr(parent, "span_id", None)) if parent is not None else None,
-        start=_int_or_none(getattr(span, "start_time", None)),
-        end=_int_or_none(getattr(span, "end_time", None)),
+        span,
+        trace_id,
+        span_id,
+        _int_or_none(getattr(parent, "span_id", None)) if parent is not None else None,
+        _int_or_none(getattr(span, "start_time", None)),
+        _int_or_none(getattr(span, "end_time", None)),
         order=order,
     )
 
@@ -90,7 +88,7 @@ class _Trace:
         self.by_id = {n.span_id: n for n in nodes}
         self.root = self._root()
         self.generations = [n for n in nodes if n.role == "generation"]
-        self._generation_readings: dict[int, GenerationReading] = {}
+        self._responses: dict[int, str] = {}
 
     def _root(self) -> _Node | None:
         """The span with no parent; else the earliest whose parent is not in this batch (a local root)."""
@@ -132,20 +130,46 @@ class _Trace:
 
         return min(candidates, key=lambda g: (distance(g), g.sort_key))
 
-    def generation(self, node: _Node, limits: CaptureLimits, notes: set[str]) -> GenerationReading:
-        cached = self._generation_readings.get(node.span_id)
+    def response(self, node: _Node, limits: CaptureLimits, notes: set[str]) -> str:
+        """A generation's answer, read once however many retrievals it consumed."""
+        cached = self._responses.get(node.span_id)
         if cached is None:
             try:
-                cached = readers.read_generation(node.span, node.shape, limits, notes)
+                cached = readers.read_response(node.span, node.shape, limits, notes)
             except Exception:
                 notes.add("reader_error")
-                cached = GenerationReading()
-            self._generation_readings[node.span_id] = cached
+                cached = ""
+            self._responses[node.span_id] = cached
         return cached
+
+    def query(
+        self, reading: RetrievalReading, generation: _Node | None, limits: CaptureLimits, notes: set[str]
+    ) -> tuple[str, str]:
+        """(query, source): the retrieval's own, else the generation's last user message, else the root's input."""
+        if reading.query is not None:
+            return reading.query, "retrieval"
+        try:
+            if generation is not None:
+                found = readers.read_user_message(generation.span, generation.shape, limits, notes)
+                if found is not None:
+                    return found, "generation"
+        except Exception:
+            notes.add("reader_error")
+        try:
+            if self.root is not None:
+                found = readers.read_input(self.root.span, limits, notes)
+                if found is not None:
+                    return found, "root"
+        except Exception:
+            notes.add("reader_error")
+        raise Skip("no_query")
 
     def ground_truth(self, preferred: Sequence[_Node | None], notes: set[str]) -> str | None:
         """`ragtrace.ground_truth` from the retrieval, its generation, the root, then any span."""
-        order = [n for n in preferred if n is not None] + sorted(self.nodes, key=lambda n: n.sort_key)
+        holders = [n for n in self.nodes if GROUND_TRUTH in attrs_of(n.span)]
+        if not holders:  # the usual case: one pass of dict lookups, no sort
+            return None
+        order = [n for n in preferred if n is not None] + sorted(holders, key=lambda n: n.sort_key)
         for node in order:
             value = attrs_of(node.span).get(GROUND_TRUTH)
             if value is None:
@@ -197,17 +221,8 @@ def _sample(
     trace: _Trace, node: _Node, reading: RetrievalReading, limits: CaptureLimits, notes: set[str]
 ) -> CapturedSample | None:
     generation = trace.pair(node)
-    generated = trace.generation(generation, limits, notes) if generation is not None else GenerationReading()
-    query, source = reading.query, "retrieval"
-    if query is None:
-        query, source = generated.user_message, "generation"
-    if query is None and trace.root is not None:
-        try:
-            query, source = readers.read_input(trace.root.span, limits, notes), "root"
-        except Exception:
-            notes.add("reader_error")
-    if query is None:
-        raise Skip("no_query")
+    query, source = trace.query(reading, generation, limits, notes)
+    response = trace.response(generation, limits, notes) if generation is not None else ""
     ground_truth = trace.ground_truth([node, generation, trace.root], notes)
     metadata: dict[str, Any] = {"query_source": source}
     if any(d is not None for d in reading.distances):
@@ -215,7 +230,7 @@ def _sample(
     sample = RagSample(
         query=cut(query, limits.max_query_chars, notes, "query_truncated"),
         contexts=tuple(_bounded_documents(reading.documents, limits, notes)),
-        response=cut(generated.response, limits.max_response_chars, notes, "response_truncated"),
+        response=cut(response, limits.max_response_chars, notes, "response_truncated"),
         ground_truth=(
             cut(ground_truth, limits.max_response_chars, notes, "ground_truth_truncated")
             if ground_truth is not None else None

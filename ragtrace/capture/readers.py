@@ -14,7 +14,6 @@ from opentelemetry.sdk.trace import ReadableSpan
 from ragtrace.capture import genai, openinference, openllmetry
 from ragtrace.capture.values import (
     CaptureLimits,
-    GenerationReading,
     RetrievalReading,
     Skip,
     attrs_of,
@@ -102,11 +101,20 @@ def read_retrieval(span: ReadableSpan, shape: str, limits: CaptureLimits, notes:
     raise Skip("not_rag")
 
 
-def read_generation(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str]) -> GenerationReading:
+def read_response(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str]) -> str:
+    """The answer a generation span gave ("" when it recorded none)."""
     attrs = attrs_of(span)
     if shape == "openinference":
-        return openinference.read_generation(span, attrs, limits, notes)
-    return genai.read_generation(span, attrs, limits, notes)
+        return openinference.read_response(span, attrs, limits, notes)
+    return genai.read_response(span, attrs, limits, notes)
+
+
+def read_user_message(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str]) -> str | None:
+    """The last thing the user asked a generation span; read only when its retrieval has no query."""
+    attrs = attrs_of(span)
+    if shape == "openinference":
+        return openinference.user_message(attrs)
+    return genai.user_message(span, attrs, limits, notes)
 
 
 def read_input(span: ReadableSpan, limits: CaptureLimits, notes: set[str]) -> str | None:

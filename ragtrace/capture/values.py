@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from opentelemetry.attributes import BoundedAttributes
+
 from ragtrace.scoring import Document
 
 Attrs = Mapping[str, Any]
@@ -63,16 +65,18 @@ class RetrievalReading:
     distances: list[float | None] = field(default_factory=list)
 
 
-@dataclass
-class GenerationReading:
-    """What a generation span says: its answer and the last thing the user asked it."""
-
-    response: str = ""
-    user_message: str | None = None
-
-
 def attrs_of(obj: Any) -> Attrs:
-    """A span's or event's attributes as a mapping; an empty one when missing or odd."""
+    """A span's or event's attributes as a mapping; an empty one when missing or odd.
+
+    For the SDK's own spans and events this is the dict inside their `BoundedAttributes`: an ended
+    span's attributes no longer change, and a plain dict answers a missing key without the
+    KeyError round trip that `Mapping.get` on the public proxy costs (readers probe many absent keys).
+    """
+    stored = getattr(obj, "_attributes", None)
+    if type(stored) is BoundedAttributes:
+        inner = getattr(stored, "_dict", None)
+        if type(inner) is dict:
+            return inner
     value = getattr(obj, "attributes", None)
     if type(value) in _FAST_MAPPINGS:  # skip the slower ABC isinstance check for what the SDK returns
         return value  # type: ignore[return-value]
@@ -107,7 +111,7 @@ def as_number(value: Any) -> float | None:
     """A finite float from a number or numeric string; bools and NaN are not scores."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):  # a tuple: faster than a union type on 3.11
         number = float(value)
     elif isinstance(value, str):
         try:
@@ -120,10 +124,12 @@ def as_number(value: Any) -> float | None:
 
 
 def as_id(value: Any) -> str | None:
+    if type(value) is str:
+        return clean(value[:512])
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, str | int | float):
-        return clean(str(value))[:512]
+    if isinstance(value, (int, float)):
+        return str(value)[:512]
     return None
 
 

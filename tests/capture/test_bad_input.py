@@ -171,3 +171,36 @@ def test_limits_reject_nonsense_at_construction() -> None:
     with pytest.raises(ValueError, match="max_documents"):
         CaptureLimits(max_documents=-1)
     assert CaptureLimits(max_documents=0).max_documents == 0
+
+
+def test_attribute_reads_see_the_same_values_on_sdk_and_foreign_spans(traces: Traces) -> None:
+    """attrs_of reads the SDK's own attribute dict directly; any other object goes through `.attributes`."""
+    from types import SimpleNamespace
+
+    from ragtrace.capture.values import attrs_of
+
+    span = traces.span("s", {"a": 1, "b": ("x", "y")})
+    fast = attrs_of(span)
+    assert dict(fast) == dict(span.attributes or {}) == {"a": 1, "b": ("x", "y")}
+    assert fast.get("missing") is None
+    assert attrs_of(SimpleNamespace(attributes={"c": 2})) == {"c": 2}
+    assert attrs_of(SimpleNamespace(attributes="not a mapping")) == {}
+    assert attrs_of(SimpleNamespace(_attributes={"stale": 1}, attributes={"c": 2})) == {"c": 2}
+
+
+def test_a_generation_input_is_read_only_when_the_retrieval_has_no_query(traces: Traces) -> None:
+    """The paired generation's user message is a fallback: with the retrieval's own query it is not parsed,
+    so its broken JSON costs nothing and is not counted; without one, it is read (and counted when broken)."""
+    documents = json.dumps([{"content": "c"}])
+    broken_input = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": "[{broken",
+                    "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [{"type": "text",
+                                                                                           "content": "a"}]}])}
+    samples, stats = _one(traces, {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.documents": documents,
+                                   "gen_ai.retrieval.query.text": "own query"}, broken_input)
+    assert [s.sample.query for s in samples] == ["own query"]
+    assert stats.counts == {}
+    traces.exporter.clear()
+    samples, stats = _one(traces, {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.documents": documents},
+                          broken_input, root={"input.value": "root question"})
+    assert [(s.sample.query, s.sample.metadata["query_source"]) for s in samples] == [("root question", "root")]
+    assert stats.counts == {"invalid_messages_json": 1}
