@@ -54,11 +54,11 @@ async def judge_and_score(sample: RagSample, scorers: Sequence[Scorer], judge: J
         else:
             by_name[scorer.name] = scorer.skipped(reason)
     groups = [active] if judge.fused else [[s] for s in active]
-    usage = JudgeUsage()
+    usage: JudgeUsage | None = None
     for group in groups:
         if not group:
             continue
         results = await _judge_group(judge, sample, group)
-        usage = usage + results[0].usage
+        usage = results[0].usage if usage is None else usage + results[0].usage
         by_name.update((r.name, r) for r in results)
-    return SampleScores(results=tuple(by_name[s.name] for s in scorers), usage=usage)
+    return SampleScores(results=tuple(by_name[s.name] for s in scorers), usage=usage or JudgeUsage())

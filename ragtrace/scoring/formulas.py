@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from decimal import ROUND_HALF_UP, Decimal
 
 from ragtrace.scoring.verdicts import LEVEL_WEIGHTS
 
@@ -13,8 +12,8 @@ from ragtrace.scoring.verdicts import LEVEL_WEIGHTS
 def finalize(raw: float, scale: float) -> float:
     """Clamp to [0, 1], multiply by scale, round half-up to two decimals (0.835 -> 0.84)."""
     clamped = min(max(raw, 0.0), 1.0) * scale
-    # Go through a 12-digit decimal string first so float noise (0.8349999...) does not defeat half-up.
-    return float(Decimal(f"{clamped:.12f}").quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+    # Round away float noise first (0.835 is stored as 0.83499999999999996), then half-up.
+    return math.floor(round(clamped * 100, 9) + 0.5) / 100
 
 
 def average_precision(relevance: Sequence[bool | int]) -> float:

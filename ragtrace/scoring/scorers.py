@@ -17,6 +17,7 @@ from ragtrace.scoring.sample import RagSample
 from ragtrace.scoring.verdicts import LEVEL_WEIGHTS, Aspect, Verdicts
 
 Reference = Literal["auto", "ground_truth", "response"]
+_NO_USAGE = JudgeUsage()  # frozen: one shared instance for results that report no judge cost
 
 
 def _check_scale(scale: float) -> None:
@@ -64,7 +65,7 @@ class Scorer(ABC):
             error=code,
             error_message=message,
             reason=f"not scored: {message}",
-            usage=usage or JudgeUsage(),
+            usage=usage or _NO_USAGE,
         )
 
     def _result(
@@ -72,10 +73,8 @@ class Scorer(ABC):
     ) -> ScoreResult:
         score = formulas.finalize(raw, self.scale)
         label: Literal["pass", "fail"] = "pass" if score >= self.threshold * self.scale else "fail"
-        # Every field is built right here from validated verdicts: skip re-validation on the hot path.
-        return ScoreResult.model_construct(
-            name=self.name, score=score, label=label, reason=reason, details=details,
-            usage=usage or JudgeUsage(),
+        return ScoreResult(
+            name=self.name, score=score, label=label, reason=reason, details=details, usage=usage or _NO_USAGE
         )
 
 

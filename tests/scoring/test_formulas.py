@@ -53,7 +53,19 @@ def test_ranked_views() -> None:
 @given(st.lists(st.booleans(), min_size=1, max_size=30), st.floats(min_value=0.01, max_value=100))
 def test_scores_stay_in_range(relevance: list[bool], scale: float) -> None:
     score = formulas.finalize(formulas.average_precision(relevance), scale)
-    assert 0.0 <= score <= round(scale, 2) + 0.005
+    # Half-up to two decimals moves a score by at most 0.005 (1.625 -> 1.63, where round() gives 1.62).
+    assert 0.0 <= score <= scale + 0.005 + 1e-9
+
+
+def test_finalize_matches_decimal_half_up_on_a_grid() -> None:
+    """The float arithmetic agrees with exact decimal half-up rounding of the 12-digit value."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    for numerator in range(0, 1001):
+        for scale in (1.0, 1.625, 3.3, 10.0):
+            clamped = min(max(numerator / 1000, 0.0), 1.0) * scale
+            exact = float(Decimal(f"{clamped:.12f}").quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+            assert formulas.finalize(numerator / 1000, scale) == exact
 
 
 @given(st.lists(st.booleans(), min_size=2, max_size=30), st.data())
