@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -122,6 +123,8 @@ class DailyBudget:
             return max(0, self.limit - self._spent)
 
     def exhausted(self) -> bool:
+        if self.limit == math.inf:  # no budget set: spend is still counted, but nothing to check per call
+            return False
         return self.remaining() <= 0
 
     def can_afford(self, amount: float) -> bool:

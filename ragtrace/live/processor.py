@@ -217,13 +217,13 @@ class RagScoringSpanProcessor(SpanProcessor):
                 self._forward(span)
                 return
             trace_id = ctx.trace_id
-            is_root = _is_local_root(span)
-            if not self._sampler.might_sample(trace_id):
+            if not self._sampler.might_sample(trace_id):  # most spans, most of the time: pass straight on
                 forwarded = True
                 self._forward(span)
-                if is_root:
+                if _is_local_root(span):
                     self._count("not_sampled")
                 return
+            is_root = _is_local_root(span)
             if self._mode == "link":  # link mode exports at once; the store keeps a reference only
                 forwarded = True
                 self._forward(span)
@@ -495,8 +495,8 @@ class RagScoringSpanProcessor(SpanProcessor):
                 self._pass_through(trace)
         # Wait for the traces that are still waiting for scores (not for jobs whose trace is gone);
         # never on the worker's own thread (a judge flushing the provider), which would deadlock it.
-        while self._store.pending_traces and time.monotonic() < deadline and not self._worker.on_loop:
-            time.sleep(0.005)
+        if not self._worker.on_loop:
+            self._store.wait_drained(deadline - time.monotonic())
         for pending in self._store.pop_expired(time.monotonic(), everything=True):
             self._release(pending)
         self._report()

@@ -61,6 +61,7 @@ class SpanStore:
 
     def __init__(self, *, max_held_spans: int, max_open_traces: int) -> None:
         self.lock = threading.Lock()
+        self._drained = threading.Condition(self.lock)  # notified when the last pending trace leaves
         self.max_held_spans = max_held_spans
         self.max_open_traces = max_open_traces
         self.held = 0
@@ -161,6 +162,8 @@ class SpanStore:
                 return ref, pending, False
             del self._pending[trace_id]
             self.held -= len(pending.spans)
+            if not self._pending:
+                self._drained.notify_all()
             return ref, pending, True
 
     def pop_expired(self, now: float, *, everything: bool = False) -> list[PendingTrace]:
@@ -176,7 +179,14 @@ class SpanStore:
                 pending = self._pending.pop(trace_id)
                 self.held -= len(pending.spans)
                 out.append(pending)
+            if expired and not self._pending:
+                self._drained.notify_all()
         return out
+
+    def wait_drained(self, timeout: float) -> bool:
+        """Block until no trace is waiting for scores, or `timeout` seconds; True if none is."""
+        with self.lock:
+            return self._drained.wait_for(lambda: not self._pending, max(timeout, 0.0))
 
     def close(self) -> tuple[list[OpenTrace], list[PendingTrace]]:
         """Shutdown: from now on nothing is held; hand back everything that still is."""
@@ -188,6 +198,7 @@ class SpanStore:
             self._pending.clear()
             self._closing.clear()
             self.held = 0
+            self._drained.notify_all()
             return open_traces, pending
 
     @property
