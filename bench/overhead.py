@@ -1,12 +1,16 @@
-"""What ragtrace costs the app: throughput with and without the scoring processor, A/B alternated.
+"""What ragtrace costs the app: throughput with and without the scoring processor, A/B in one process.
 
 Workload per trace: a root, 2 plain children, 1 retrieval (5 documents), 1 generation = 5 spans, through
-a real TracerProvider into a BatchSpanProcessor with a null exporter. Variant B puts a
-RagScoringSpanProcessor (10 % sampling, a judge that answers at once) in front. Rounds alternate A and B
-and the median ratio is reported, by wall clock (`ratio_*`) and by this process's CPU time
-(`cpu_ratio_*`, steadier on a shared machine; the worker's CPU is the app's cost, as it holds the GIL).
-Each round ends with force_flush, so background work is paid inside the round. `on_end_p99_us` times
-the processor's own `on_end` (wrapping a no-op processor) on the app thread while its worker runs.
+a real TracerProvider into a BatchSpanProcessor with a null exporter. The ragtrace variant puts a
+RagScoringSpanProcessor (10 % sampling, a judge that answers at once) in front.
+
+The machine is shared and its speed drifts by tens of percent within seconds, so the variants run in
+short blocks (`--traces` traces, then force_flush, so the worker's and exporter's backlog is paid inside
+the block), in a shuffled order every round; each round gives one paired ratio and the median over
+rounds is reported (`ratio_*`). Per-thread CPU time (Linux /proc) splits the cost: what the app's own
+thread spends more per trace, and what the background threads spend. Under the GIL the worker's CPU is
+the app's loss, so `worker_cpu_us_per_sampled_trace` is the figure that decides the ratio at a given
+sampling rate. `on_end_p99_us` times the processor's own `on_end` (wrapping a no-op processor).
 
     python bench/overhead.py            # prints JSON
 """
@@ -20,10 +24,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import argparse
 import asyncio
 import json
+import random
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -106,28 +112,77 @@ def plain_trace(tracer: Tracer) -> None:
                 s.set_attribute("db.system", "postgresql")
 
 
-def make_provider(with_ragtrace: bool) -> tuple[TracerProvider, RagScoringSpanProcessor | None]:
-    exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
-    provider = TracerProvider()
-    proc = None
-    if with_ragtrace:
-        proc = RagScoringSpanProcessor(exporting, judge=FixedJudge(), sampler=Sampler(0.1))
-        provider.add_span_processor(proc)
-    else:
-        provider.add_span_processor(exporting)
-    return provider, proc
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def throughput(provider: TracerProvider, workload: str, n: int) -> tuple[float, float]:
-    """(traces per wall second, traces per CPU second of this process), background work included:
-    the round ends with a force_flush, so the worker's and the exporter's backlog is paid inside it."""
-    build = rag_trace if workload == "rag" else plain_trace
-    tracer = provider.get_tracer("bench")
-    wall, cpu = time.perf_counter(), time.process_time()
-    for _ in range(n):
-        build(tracer)
-    provider.force_flush(60_000)
-    return n / (time.perf_counter() - wall), n / max(time.process_time() - cpu, 1e-9)
+def thread_cpu(thread: threading.Thread) -> float:
+    """CPU seconds of another thread (Linux); 0.0 where /proc is not there."""
+    try:
+        with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+class Variant:
+    """One provider and the background threads it started (exporter, ragtrace worker)."""
+
+    def __init__(self, with_ragtrace: bool, rate: float = 0.1) -> None:
+        before = set(threading.enumerate())
+        exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+        self.provider = TracerProvider()
+        self.processor: RagScoringSpanProcessor | None = None
+        if with_ragtrace:
+            self.processor = RagScoringSpanProcessor(exporting, judge=FixedJudge(), sampler=Sampler(rate))
+            self.provider.add_span_processor(self.processor)
+        else:
+            self.provider.add_span_processor(exporting)
+        self.tracer = self.provider.get_tracer("bench")
+        self.threads = [t for t in threading.enumerate() if t not in before]
+
+    def block(self, build: Callable[[Tracer], None], n: int) -> tuple[float, float, float]:
+        """(wall, app-thread CPU, background CPU) in µs per trace for n traces and a force_flush."""
+        background = [thread_cpu(t) for t in self.threads]
+        wall, app = time.perf_counter(), time.thread_time()
+        for _ in range(n):
+            build(self.tracer)
+        self.provider.force_flush(60_000)
+        wall, app = time.perf_counter() - wall, time.thread_time() - app
+        spent = sum(thread_cpu(t) - b for t, b in zip(self.threads, background, strict=True))
+        return wall / n * 1e6, app / n * 1e6, spent / n * 1e6
+
+
+def compare(build: Callable[[Tracer], None], rounds: int, n: int, rate: float) -> dict[str, object]:
+    """Paired rounds of the same workload without and with ragtrace, in a shuffled order each round."""
+    variants = {"without": Variant(False), "with": Variant(True, rate)}
+    for variant in variants.values():  # warm up
+        variant.block(build, n)
+    got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        order = list(variants)
+        random.shuffle(order)
+        for name in order:
+            got[name].append(variants[name].block(build, n))
+    median = statistics.median
+    ratios = [a[0] / b[0] for a, b in zip(got["without"], got["with"], strict=True)]
+    cpu_ratios = [(a[1] + a[2]) / (b[1] + b[2]) for a, b in zip(got["without"], got["with"], strict=True)]
+    # CPU per trace over all rounds (/proc counts whole clock ticks, too coarse for one block).
+    base_app, base_bg = (statistics.fmean(x[i] for x in got["without"]) for i in (1, 2))
+    app, bg = (statistics.fmean(x[i] for x in got["with"]) for i in (1, 2))
+    processor = variants["with"].processor
+    decisions = processor.decisions if processor is not None else {}
+    for variant in variants.values():
+        variant.provider.shutdown()
+    return {
+        "ratio": round(median(ratios), 4),
+        "cpu_ratio": round(median(cpu_ratios), 4),
+        "ratio_quartiles": [round(q, 4) for q in statistics.quantiles(ratios, n=4)],
+        "app_thread_us_per_trace_without": round(base_app, 1),
+        "app_thread_extra_us_per_trace": round(app - base_app, 1),
+        "background_extra_us_per_trace": round(bg - base_bg, 1),
+        "decisions": decisions,
+    }
 
 
 def on_end_times(n_traces: int) -> list[float]:
@@ -156,56 +211,31 @@ def on_end_times(n_traces: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--traces", type=int, default=4000, help="traces per round and variant")
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--traces", type=int, default=300, help="traces per block")
+    parser.add_argument("--rate", type=float, default=0.1, help="sampling rate of the RAG run")
     args = parser.parse_args()
 
-    base_provider, _ = make_provider(False)
-    rag_provider, proc = make_provider(True)
-    for provider in (base_provider, rag_provider):  # warm up
-        throughput(provider, "rag", 300)
-        throughput(provider, "plain", 300)
-
-    ratios: dict[str, list[float]] = {"rag": [], "plain": []}
-    cpu_ratios: dict[str, list[float]] = {"rag": [], "plain": []}
-    rates: dict[str, list[tuple[float, float]]] = {"rag": [], "plain": []}
-    for r in range(args.rounds):
-        for workload in ("rag", "plain"):
-            order = [(base_provider, False), (rag_provider, True)]
-            if r % 2:
-                order.reverse()
-            got = {with_rag: throughput(provider, workload, args.traces) for provider, with_rag in order}
-            ratios[workload].append(got[True][0] / got[False][0])
-            cpu_ratios[workload].append(got[True][1] / got[False][1])
-            rates[workload].append((got[False][0], got[True][0]))
-
-    assert proc is not None
-    decisions = proc.decisions
-    base_provider.shutdown()
-    rag_provider.shutdown()
-
+    rag = compare(rag_trace, args.rounds, args.traces, args.rate)
+    plain = compare(plain_trace, args.rounds, args.traces, args.rate)
     times = sorted(on_end_times(4000))
     p = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
+    worker_per_sampled = float(rag["background_extra_us_per_trace"]) / args.rate  # type: ignore[arg-type]
     print(json.dumps({
-        "ratio_rag_10pct": round(statistics.median(ratios["rag"]), 4),
-        "ratio_non_rag": round(statistics.median(ratios["plain"]), 4),
-        "cpu_ratio_rag_10pct": round(statistics.median(cpu_ratios["rag"]), 4),
-        "cpu_ratio_non_rag": round(statistics.median(cpu_ratios["plain"]), 4),
-        "on_end_p50_us": round(p(0.50), 2),
+        "ratio_rag_10pct": rag["ratio"],
+        "ratio_non_rag": plain["ratio"],
         "on_end_p99_us": round(p(0.99), 2),
+        "on_end_p50_us": round(p(0.50), 2),
         "on_end_max_us": round(times[-1], 2),
+        "worker_cpu_us_per_sampled_trace": round(worker_per_sampled, 1),
+        "rag": rag,
+        "non_rag": plain,
         "rounds": args.rounds,
-        "traces_per_round": args.traces,
+        "traces_per_block": args.traces,
+        "sampling_rate": args.rate,
         "spans_per_trace": 5,
-        "ratios_rag": [round(x, 4) for x in ratios["rag"]],
-        "ratios_non_rag": [round(x, 4) for x in ratios["plain"]],
-        "cpu_ratios_rag": [round(x, 4) for x in cpu_ratios["rag"]],
-        "cpu_ratios_non_rag": [round(x, 4) for x in cpu_ratios["plain"]],
-        "traces_per_s_rag_without_with": [[round(a), round(b)] for a, b in rates["rag"]],
-        "traces_per_s_non_rag_without_with": [[round(a), round(b)] for a, b in rates["plain"]],
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
-        "decisions": decisions,
         "targets": {"ratio_rag_10pct": 0.90, "ratio_non_rag": 0.97},
     }))
 
