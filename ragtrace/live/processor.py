@@ -135,6 +135,8 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._counts_lock = threading.Lock()
         self._counts: Counter[str] = Counter()
         self._unreported: Counter[str] = Counter()
+        # Unsampled traces, counted on the app's thread (one int under the lock, folded in when read).
+        self._not_sampled = self._not_sampled_reported = 0
         self._capture_counts: Counter[str] = Counter()
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
@@ -173,7 +175,10 @@ class RagScoringSpanProcessor(SpanProcessor):
     def decisions(self) -> dict[str, int]:
         """Decision counts so far (the same numbers as the `ragtrace.evaluation.decisions` counter)."""
         with self._counts_lock:
-            return dict(self._counts)
+            counts = self._counts.copy()
+            if self._not_sampled:
+                counts["not_sampled"] += self._not_sampled
+            return dict(counts)
 
     @property
     def capture_counts(self) -> dict[str, int]:
@@ -217,13 +222,15 @@ class RagScoringSpanProcessor(SpanProcessor):
                 self._forward(span)
                 return
             trace_id = ctx.trace_id
+            parent = span.parent
+            is_root = parent is None or parent.is_remote
             if not self._sampler.might_sample(trace_id):  # most spans, most of the time: pass straight on
                 forwarded = True
                 self._forward(span)
-                if _is_local_root(span):
-                    self._count("not_sampled")
+                if is_root:
+                    with self._counts_lock:
+                        self._not_sampled += 1
                 return
-            is_root = _is_local_root(span)
             if self._mode == "link":  # link mode exports at once; the store keeps a reference only
                 forwarded = True
                 self._forward(span)
@@ -259,6 +266,9 @@ class RagScoringSpanProcessor(SpanProcessor):
         """Push decision counts to metrics (batched so the app thread never touches the meter)."""
         with self._counts_lock:
             pending, self._unreported = self._unreported, Counter()
+            if self._not_sampled > self._not_sampled_reported:
+                pending["not_sampled"] += self._not_sampled - self._not_sampled_reported
+                self._not_sampled_reported = self._not_sampled
         if self._metrics is None:
             return
         for decision, n in pending.items():
