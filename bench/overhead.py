@@ -12,7 +12,8 @@ thread spends more per trace, and what the background threads spend. Under the G
 the app's loss, so `worker_cpu_us_per_sampled_trace` is the figure that decides the ratio at a given
 sampling rate. `on_end_p99_us` times the processor's own `on_end` (wrapping a no-op processor).
 
-    python bench/overhead.py            # prints JSON
+    python bench/overhead.py                 # prints JSON; the targets are set on this bare workload
+    python bench/overhead.py --app-work 7 --traces 100   # plus ~0.7 ms of the app's own CPU per trace
 """
 
 from __future__ import annotations
@@ -153,6 +154,22 @@ class Variant:
         return wall / n * 1e6, app / n * 1e6, spent / n * 1e6
 
 
+_PAYLOAD = {"items": [{"id": i, "name": f"item {i}", "tags": ["a", "b", "c"], "price": i * 1.5} for i in range(40)]}
+
+
+def with_app_work(build: Callable[[Tracer], None], rounds: int) -> Callable[[Tracer], None]:
+    """The same trace plus `rounds` JSON round trips of a ~2 KB payload: an app doing real work per request."""
+    if rounds <= 0:
+        return build
+
+    def traced(tracer: Tracer) -> None:
+        for _ in range(rounds):
+            json.loads(json.dumps(_PAYLOAD))
+        build(tracer)
+
+    return traced
+
+
 def compare(build: Callable[[Tracer], None], rounds: int, n: int, rate: float) -> dict[str, object]:
     """Paired rounds of the same workload without and with ragtrace, in a shuffled order each round."""
     variants = {"without": Variant(False), "with": Variant(True, rate)}
@@ -214,13 +231,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--traces", type=int, default=300, help="traces per block")
     parser.add_argument("--rate", type=float, default=0.1, help="sampling rate of the RAG run")
+    parser.add_argument("--app-work", type=int, default=0,
+                        help="JSON round trips of a 2 KB payload per trace, to stand for an app's own work "
+                             "(0: the bare 5-span workload the targets are set on)")
     args = parser.parse_args()
 
-    rag = compare(rag_trace, args.rounds, args.traces, args.rate)
-    plain = compare(plain_trace, args.rounds, args.traces, args.rate)
+    rag = compare(with_app_work(rag_trace, args.app_work), args.rounds, args.traces, args.rate)
+    plain = compare(with_app_work(plain_trace, args.app_work), args.rounds, args.traces, args.rate)
     times = sorted(on_end_times(4000))
     p = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
     worker_per_sampled = float(rag["background_extra_us_per_trace"]) / args.rate  # type: ignore[arg-type]
+    # Under the GIL, ratio ~= app / (app + extra): the app CPU per trace at which this rate costs 10 %.
+    extra_per_trace = float(rag["app_thread_extra_us_per_trace"]) + worker_per_sampled * args.rate  # type: ignore[arg-type]
     print(json.dumps({
         "ratio_rag_10pct": rag["ratio"],
         "ratio_non_rag": plain["ratio"],
@@ -228,11 +250,13 @@ def main() -> None:
         "on_end_p50_us": round(p(0.50), 2),
         "on_end_max_us": round(times[-1], 2),
         "worker_cpu_us_per_sampled_trace": round(worker_per_sampled, 1),
+        "app_cpu_us_per_trace_for_ratio_0_90": round(9 * extra_per_trace, 1),
         "rag": rag,
         "non_rag": plain,
         "rounds": args.rounds,
         "traces_per_block": args.traces,
         "sampling_rate": args.rate,
+        "app_work_json_round_trips": args.app_work,
         "spans_per_trace": 5,
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
