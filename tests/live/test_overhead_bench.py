@@ -1,0 +1,30 @@
+"""bench/overhead.py runs end to end and its accounting adds up (its figures are read by people, not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "overhead.py"
+
+
+def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
+    rounds, traces = 2, 30
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--rounds", str(rounds), "--traces", str(traces), "--rate", "0.5"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    report = json.loads(done.stdout)
+    for key in ("ratio_rag_10pct", "ratio_non_rag", "on_end_p99_us", "worker_cpu_us_per_sampled_trace",
+                "app_cpu_us_per_trace_for_ratio_0_90"):
+        assert isinstance(report[key], float | int), key
+    assert report["ratio_rag_10pct"] > 0 and report["ratio_non_rag"] > 0
+    # Warm-up block + rounds: every trace got its decision; a sampled one is scored by precision and
+    # relevance (recall needs a ground truth, which the bench traces do not carry).
+    per_variant = (rounds + 1) * traces
+    rag, plain = report["rag"]["decisions"], report["non_rag"]["decisions"]
+    assert set(rag) == {"not_sampled", "scored"} and rag["scored"] % 2 == 0
+    assert rag["not_sampled"] + rag["scored"] // 2 == per_variant
+    assert set(plain) <= {"not_sampled", "not_rag"} and sum(plain.values()) == per_variant
