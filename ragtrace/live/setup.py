@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 ENV_PREFIX = "RAGTRACE_"
 
 
+LOCAL_JUDGE_CONCURRENCY = 1
+
+
 class RagtraceSettings(BaseModel):
     """Live-scoring settings; `from_env()` reads each field from `RAGTRACE_<FIELD>` (e.g. RAGTRACE_SAMPLE_RATE)."""
 
@@ -168,6 +171,7 @@ def install(
     """
     settings = settings if settings is not None else RagtraceSettings.from_env()
     overrides = {name: options.pop(name) for name in list(options) if name in RagtraceSettings.model_fields}
+    concurrency_chosen = "concurrency" in settings.model_fields_set or "concurrency" in overrides
     if overrides:  # e.g. install(provider, sample_rate=1.0): a setting, checked like the env var would be
         settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
     if not settings.enabled:
@@ -191,6 +195,10 @@ def install(
     judge_options = {"api_base": settings.judge_api_base} if is_llm and settings.judge_api_base else {}
     resolved = resolve_judge(spec, **judge_options)
     kwargs = settings.processor_options()
+    if not is_llm and isinstance(spec, str) and not concurrency_chosen:
+        # The local judge is CPU work, much of it under the GIL the app runs on: one sample at a time
+        # in the app's process unless asked otherwise (the gateway, its own process, keeps the default).
+        kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
     kwargs["metrics"] = settings.build_metrics(meter_provider)
     kwargs.update(options)
 

@@ -152,3 +152,26 @@ def test_install_runs_drift_detection_until_shutdown() -> None:
     off = install(TracerProvider(), judge=ScriptedJudge(), settings=RagtraceSettings(drift=False))
     assert off is not None and not isinstance(off._metrics, DriftMetrics)
     off.shutdown()
+
+
+def test_the_local_judge_scores_one_sample_at_a_time_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local judge is CPU work under the app's GIL: in-process it defaults to one sample at a time,
+    while an explicit concurrency (env or keyword) and the LLM judges' I/O-bound default are kept."""
+    def concurrency(**kwargs: object) -> int:
+        provider = TracerProvider()
+        provider.add_span_processor(CountingProcessor())
+        proc = install(provider, **kwargs)  # type: ignore[arg-type]
+        assert proc is not None
+        try:
+            return proc._concurrency
+        finally:
+            provider.shutdown()
+
+    assert concurrency(judge="local", settings=RagtraceSettings()) == 1
+    assert concurrency(judge="local", settings=RagtraceSettings(), concurrency=3) == 3
+    assert concurrency(settings=RagtraceSettings(judge="local", concurrency=2)) == 2
+    monkeypatch.setenv("RAGTRACE_CONCURRENCY", "4")
+    assert concurrency(judge="local") == 4
+    monkeypatch.delenv("RAGTRACE_CONCURRENCY")
+    assert concurrency(judge="openai/judge-x", judge_api_base="http://127.0.0.1:9/v1",
+                       settings=RagtraceSettings()) == RagtraceSettings().concurrency
