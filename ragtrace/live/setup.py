@@ -168,6 +168,7 @@ def install(
     (any RagtraceSettings field such as `sample_rate`, or any RagScoringSpanProcessor argument)
     override them. Returns the processor, or None when
     RAGTRACE_ENABLED is false. Installing twice on one provider returns the first processor.
+    With the local judge, `concurrency` defaults to 1 rather than 8: it is CPU work in the app's process.
     """
     settings = settings if settings is not None else RagtraceSettings.from_env()
     overrides = {name: options.pop(name) for name in list(options) if name in RagtraceSettings.model_fields}
