@@ -197,8 +197,8 @@ def install(
     resolved = resolve_judge(spec, **judge_options)
     kwargs = settings.processor_options()
     if not is_llm and isinstance(spec, str) and not concurrency_chosen:
-        # The local judge is CPU work, much of it under the GIL the app runs on: one sample at a time
-        # in the app's process unless asked otherwise (the gateway, its own process, keeps the default).
+        # The local judge is CPU work (~0.35 s a sample) on the app's own cores: one sample at a time in
+        # the app's process unless asked otherwise (the gateway, a process of its own, keeps the default).
         kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
     kwargs["metrics"] = settings.build_metrics(meter_provider)
     kwargs.update(options)
