@@ -240,16 +240,17 @@ def main() -> None:
     plain = compare(with_app_work(plain_trace, args.app_work), args.rounds, args.traces, args.rate)
     times = sorted(on_end_times(4000))
     p = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
-    worker_per_sampled = float(rag["background_extra_us_per_trace"]) / args.rate  # type: ignore[arg-type]
+    background = float(rag["background_extra_us_per_trace"])  # type: ignore[arg-type]
+    worker_per_sampled = round(background / args.rate, 1) if args.rate > 0 else None  # nothing sampled at rate 0
     # Under the GIL, ratio ~= app / (app + extra): the app CPU per trace at which this rate costs 10 %.
-    extra_per_trace = float(rag["app_thread_extra_us_per_trace"]) + worker_per_sampled * args.rate  # type: ignore[arg-type]
+    extra_per_trace = float(rag["app_thread_extra_us_per_trace"]) + background  # type: ignore[arg-type]
     print(json.dumps({
         "ratio_rag_10pct": rag["ratio"],
         "ratio_non_rag": plain["ratio"],
         "on_end_p99_us": round(p(0.99), 2),
         "on_end_p50_us": round(p(0.50), 2),
         "on_end_max_us": round(times[-1], 2),
-        "worker_cpu_us_per_sampled_trace": round(worker_per_sampled, 1),
+        "worker_cpu_us_per_sampled_trace": worker_per_sampled,
         "app_cpu_us_per_trace_for_ratio_0_90": round(9 * extra_per_trace, 1),
         "rag": rag,
         "non_rag": plain,
