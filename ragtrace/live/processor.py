@@ -134,10 +134,8 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._store = SpanStore(max_held_spans=max_held_spans, max_open_traces=max_open_traces)
         self._counts_lock = threading.Lock()
         self._counts: Counter[str] = Counter()
-        self._unreported: Counter[str] = Counter()
-        # Unsampled traces, counted on the app's thread (one int under the lock, folded in when read).
-        self._not_sampled = self._not_sampled_reported = 0
         self._capture_counts: Counter[str] = Counter()
+        self._reported: Counter[str] = Counter()  # decisions and capture counts the metrics have seen
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
         self._concurrency, self._max_queue, self._tick_interval = concurrency, max_queue, tick_interval
@@ -175,10 +173,7 @@ class RagScoringSpanProcessor(SpanProcessor):
     def decisions(self) -> dict[str, int]:
         """Decision counts so far (the same numbers as the `ragtrace.evaluation.decisions` counter)."""
         with self._counts_lock:
-            counts = self._counts.copy()
-            if self._not_sampled:
-                counts["not_sampled"] += self._not_sampled
-            return dict(counts)
+            return dict(self._counts)
 
     @property
     def capture_counts(self) -> dict[str, int]:
@@ -222,14 +217,12 @@ class RagScoringSpanProcessor(SpanProcessor):
                 self._forward(span)
                 return
             trace_id = ctx.trace_id
-            parent = span.parent
-            is_root = parent is None or parent.is_remote
+            is_root = _is_local_root(span)
             if not self._sampler.might_sample(trace_id):  # most spans, most of the time: pass straight on
                 forwarded = True
                 self._forward(span)
                 if is_root:
-                    with self._counts_lock:
-                        self._not_sampled += 1
+                    self._count("not_sampled")
                 return
             if self._mode == "link":  # link mode exports at once; the store keeps a reference only
                 forwarded = True
@@ -260,15 +253,12 @@ class RagScoringSpanProcessor(SpanProcessor):
     def _count(self, decision: str, n: int = 1) -> None:
         with self._counts_lock:
             self._counts[decision] += n
-            self._unreported[decision] += n
 
     def _report(self) -> None:
         """Push decision counts to metrics (batched so the app thread never touches the meter)."""
         with self._counts_lock:
-            pending, self._unreported = self._unreported, Counter()
-            if self._not_sampled > self._not_sampled_reported:
-                pending["not_sampled"] += self._not_sampled - self._not_sampled_reported
-                self._not_sampled_reported = self._not_sampled
+            counted = self._counts + self._capture_counts
+            pending, self._reported = counted - self._reported, counted
         if self._metrics is None:
             return
         for decision, n in pending.items():
@@ -312,7 +302,6 @@ class RagScoringSpanProcessor(SpanProcessor):
         if stats.counts:  # why spans could not be read: reported on the decision counter too
             with self._counts_lock:
                 self._capture_counts.update(stats.counts)
-                self._unreported.update(stats.counts)
         if not samples:
             self._count("not_rag")
             self._pass_through(trace)
