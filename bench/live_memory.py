@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from overhead import FixedJudge, rag_trace  # the same workload and judge as the overhead bench
+from overhead import FixedJudge, Keep, ended_spans, rag_trace  # the same workload and judge as the overhead bench
 
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
@@ -95,14 +95,10 @@ class Entry(SpanProcessor):
 
 def bytes_per_held_span(n: int = 20_000) -> float:
     """RSS cost of keeping n ended spans of this workload alive (what the held store pays per span)."""
-    kept: list[ReadableSpan] = []
-
-    class Keep(SpanProcessor):
-        def on_end(self, span: ReadableSpan) -> None:
-            kept.append(span)
-
+    keep = Keep()
+    kept = keep.spans
     provider = TracerProvider()
-    provider.add_span_processor(Keep())
+    provider.add_span_processor(keep)
     tracer = provider.get_tracer("calibrate")
     gc.collect()
     before = rss_mb()
@@ -121,16 +117,7 @@ def bytes_per_job(n: int = 2000) -> float:
     from ragtrace.live.worker import ScoreJob, ScoringWorker
     from ragtrace.scoring import ContextPrecision, ContextRelevance
 
-    spans: list[ReadableSpan] = []
-
-    class Keep(SpanProcessor):
-        def on_end(self, span: ReadableSpan) -> None:
-            spans.append(span)
-
-    provider = TracerProvider()
-    provider.add_span_processor(Keep())
-    rag_trace(provider.get_tracer("calibrate"))
-    template = extract_samples(spans)[0].sample
+    template = extract_samples(ended_spans(rag_trace))[0].sample
     worker = ScoringWorker(FixedJudge(delay=1.0), concurrency=8, max_queue=n)
     worker.start()
     gc.collect()

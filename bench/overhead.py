@@ -60,6 +60,25 @@ class Noop(SpanProcessor):
     pass
 
 
+class Keep(SpanProcessor):
+    """Keeps every ended span, in the order they ended."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+
+def ended_spans(record: Callable[[Tracer], object]) -> list[ReadableSpan]:
+    """Every span that `record` ends on a tracer of a real TracerProvider."""
+    keep = Keep()
+    provider = TracerProvider()
+    provider.add_span_processor(keep)
+    record(provider.get_tracer("bench"))
+    return keep.spans
+
+
 class FixedJudge:
     """Every context useful, high and used, after `delay` seconds (0: a judge answering at once)."""
 
@@ -204,17 +223,12 @@ def compare(build: Callable[[Tracer], None], rounds: int, n: int, rate: float) -
 
 def on_end_times(n_traces: int) -> list[float]:
     """Per-call time of RagScoringSpanProcessor.on_end (wrapping a no-op), worker running, µs."""
-    spans: list[ReadableSpan] = []
 
-    class Collect(SpanProcessor):
-        def on_end(self, span: ReadableSpan) -> None:
-            spans.append(span)
+    def half_rag(tracer: Tracer) -> None:
+        for i in range(n_traces):
+            (rag_trace if i % 2 == 0 else plain_trace)(tracer)
 
-    provider = TracerProvider()
-    provider.add_span_processor(Collect())
-    tracer = provider.get_tracer("bench")
-    for i in range(n_traces):
-        (rag_trace if i % 2 == 0 else plain_trace)(tracer)
+    spans = ended_spans(half_rag)
     proc = RagScoringSpanProcessor(Noop(), judge=FixedJudge(), sampler=Sampler(0.1))
     times = []
     clock = time.perf_counter_ns

@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.trace import SpanContext, TraceFlags
-from overhead import FixedJudge, Noop, rag_trace
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.trace import SpanContext, TraceFlags, Tracer
+from overhead import FixedJudge, Noop, ended_spans, rag_trace
 
 from ragtrace.capture import extract_samples
 from ragtrace.judges.run import judge_and_score
@@ -93,18 +93,16 @@ def child(conn: Connection) -> None:
 
 
 def collect(n: int) -> list[list[ReadableSpan]]:
+    """n traces with unique texts, each as its list of spans."""
+
+    def record(tracer: Tracer) -> None:
+        for i in range(n):
+            rag_trace(tracer, i)
+
     traces: dict[int, list[ReadableSpan]] = {}
-
-    class Keep(SpanProcessor):
-        def on_end(self, span: ReadableSpan) -> None:
-            assert span.context is not None
-            traces.setdefault(span.context.trace_id, []).append(span)
-
-    provider = TracerProvider()
-    provider.add_span_processor(Keep())
-    tracer = provider.get_tracer("bench")
-    for i in range(n):
-        rag_trace(tracer, i)
+    for span in ended_spans(record):
+        assert span.context is not None
+        traces.setdefault(span.context.trace_id, []).append(span)
     return list(traces.values())
 
 

@@ -39,9 +39,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from overhead import NullExporter, rag_trace, thread_cpu
+from overhead import NullExporter, ended_spans, rag_trace, thread_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 _IMPORTS = re.compile(r"\b(from|import) ragtrace\b")
@@ -77,19 +77,6 @@ def instant_judge(package: str) -> Any:
             return base.Judgement(scoring.Verdicts(contexts=contexts), scoring.JudgeUsage(calls=1, model=self.model))
 
     return Instant()
-
-
-def one_trace() -> list[ReadableSpan]:
-    spans: list[ReadableSpan] = []
-
-    class Keep(SpanProcessor):
-        def on_end(self, span: ReadableSpan) -> None:
-            spans.append(span)
-
-    provider = TracerProvider()
-    provider.add_span_processor(Keep())
-    rag_trace(provider.get_tracer("bench"), 1)
-    return spans
 
 
 def steps(package: str, spans: list[ReadableSpan], loop: asyncio.AbstractEventLoop) -> dict[str, Callable[[], Any]]:
@@ -137,7 +124,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = export_base(args.base, Path(tmp))
         packages = {"base": base, "this": "ragtrace"}
-        spans, loop = one_trace(), asyncio.new_event_loop()
+        spans, loop = ended_spans(lambda tracer: rag_trace(tracer, 1)), asyncio.new_event_loop()
         timed = {name: steps(package, spans, loop) for name, package in packages.items()}
         samples: dict[tuple[str, str], list[float]] = {(v, s): [] for v in packages for s in timed["base"]}
         for r in range(args.rounds):
