@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
+from collections import Counter
 from collections.abc import Sequence
 
 from opentelemetry import context as otel_context
@@ -17,6 +19,8 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import Span, Tracer, set_span_in_context
 
 from ragtrace.judges.base import JudgeInvalidOutput, Judgement, JudgeRequest, JudgeTimeout, RateLimited
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, Verdicts
 
 BEHAVIOURS = ("fast", "slow", "hang", "timeout", "error", "invalid", "crash")
@@ -170,3 +174,36 @@ def provider_with(processor: SpanProcessor) -> TracerProvider:
     provider = TracerProvider()
     provider.add_span_processor(processor)
     return provider
+
+
+class Rig:
+    """A RagScoringSpanProcessor (100 % sampling, fast ticks) on a real provider, exporting to a counter."""
+
+    def __init__(self, judge: ScriptedJudge | None = None, **options: object) -> None:
+        self.out = CountingProcessor()
+        self.judge = judge or ScriptedJudge()
+        options.setdefault("sampler", Sampler(rate=1.0))
+        options.setdefault("tick_interval", 0.01)
+        self.proc = RagScoringSpanProcessor(self.out, judge=self.judge, **options)  # type: ignore[arg-type]
+        self.provider: TracerProvider = provider_with(self.proc)
+        self.tracer: Tracer = self.provider.get_tracer("test")
+
+    def exported_once(self, ids: list[int]) -> bool:
+        counts = Counter(self.out.ids())
+        return all(counts[i] == 1 for i in ids) and len(counts) == len(self.out.ids())
+
+    def settle(self, n: int, timeout: float = 10.0) -> None:
+        """Wait for n exported spans (or the timeout), then flush."""
+        end = time.monotonic() + timeout
+        while len(self.out.spans) < n and time.monotonic() < end:
+            time.sleep(0.01)
+        assert self.proc.force_flush(2000)
+
+    def assert_exactly_once(self, ids: list[int]) -> None:
+        counts = Counter(self.out.ids())
+        assert all(counts[i] == 1 for i in ids)
+        assert sum(counts.values()) == len(ids)
+        assert self.proc.held_spans == 0 and self.proc.open_traces == 0
+
+    def close(self) -> None:
+        self.provider.shutdown()

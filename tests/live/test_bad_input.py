@@ -5,52 +5,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Tracer, set_span_in_context
 
-from ragtrace.live.processor import RagScoringSpanProcessor
-from ragtrace.live.sampling import Sampler
-from tests.live.fakes import CountingProcessor, ScriptedJudge, documents, output_messages, provider_with, rag_trace
-
-
-class Rig:
-    def __init__(self, judge: ScriptedJudge | None = None, **options: object) -> None:
-        self.out = CountingProcessor()
-        options.setdefault("tick_interval", 0.01)
-        self.proc = RagScoringSpanProcessor(
-            self.out, judge=judge or ScriptedJudge(), sampler=Sampler(rate=1.0), **options  # type: ignore[arg-type]
-        )
-        self.provider: TracerProvider = provider_with(self.proc)
-        self.tracer: Tracer = self.provider.get_tracer("bad-input")
-
-    def settle(self, n: int, timeout: float = 10.0) -> None:
-        end = time.monotonic() + timeout
-        while len(self.out.spans) < n and time.monotonic() < end:
-            time.sleep(0.01)
-        assert self.proc.force_flush(2000)
-
-    def assert_exactly_once(self, ids: list[int]) -> None:
-        counts = Counter(self.out.ids())
-        assert all(counts[i] == 1 for i in ids)
-        assert sum(counts.values()) == len(ids)
-        assert self.proc.held_spans == 0 and self.proc.open_traces == 0
-
-
-@pytest.fixture
-def rig() -> Callable[..., Rig]:
-    rigs: list[Rig] = []
-
-    def make(judge: ScriptedJudge | None = None, **options: object) -> Rig:
-        rigs.append(Rig(judge, **options))
-        return rigs[-1]
-
-    yield make  # type: ignore[misc]
-    for r in rigs:
-        r.provider.shutdown()
+from tests.live.fakes import Rig, ScriptedJudge, documents, output_messages, rag_trace
 
 
 def retrieval_trace(tracer: Tracer, **attrs: object) -> list[int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
 from collections.abc import Callable
 
 import pytest
@@ -16,6 +15,7 @@ from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision
 from tests.live.fakes import (
     CountingProcessor,
+    Rig,
     ScriptedJudge,
     open_rag_trace,
     plain_trace,
@@ -31,37 +31,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return predicate()
-
-
-class Rig:
-    def __init__(self, judge: ScriptedJudge | None = None, **options: object) -> None:
-        self.out = CountingProcessor()
-        self.judge = judge or ScriptedJudge()
-        options.setdefault("sampler", Sampler(rate=1.0))
-        options.setdefault("tick_interval", 0.01)
-        self.proc = RagScoringSpanProcessor(self.out, judge=self.judge, **options)  # type: ignore[arg-type]
-        self.provider: TracerProvider = provider_with(self.proc)
-        self.tracer = self.provider.get_tracer("test")
-
-    def exported_once(self, ids: list[int]) -> bool:
-        counts = Counter(self.out.ids())
-        return all(counts[i] == 1 for i in ids) and len(counts) == len(self.out.ids())
-
-    def close(self) -> None:
-        self.provider.shutdown()
-
-
-@pytest.fixture
-def rig() -> Callable[..., Rig]:
-    rigs: list[Rig] = []
-
-    def make(judge: ScriptedJudge | None = None, **options: object) -> Rig:
-        rigs.append(Rig(judge, **options))
-        return rigs[-1]
-
-    yield make  # type: ignore[misc]
-    for r in rigs:
-        r.close()
 
 
 def retrieval(out: CountingProcessor) -> ReadableSpan:
