@@ -62,12 +62,15 @@ def app_provider(exporter: SpanExporter) -> TracerProvider:
     return provider
 
 
-@pytest.mark.parametrize("transport", ["grpc", "http"])
-def test_app_exporter_through_gateway(transport: str, gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+def send_rag_traffic(
+    transport: str, grpc_endpoint: str, http_endpoint: str, receiver: OtlpReceiver, timeout: float = 10.0
+) -> tuple[list[int], list[int], list[ReceivedSpan]]:
+    """An app exporting one RAG trace and one plain trace over OTLP to the endpoint; once every span has
+    reached `receiver`, the RAG trace must be scored. Returns (RAG span ids, plain span ids, spans)."""
     exporter: SpanExporter = (
-        GrpcSpanExporter(endpoint=gateway.grpc_endpoint, insecure=True)
+        GrpcSpanExporter(endpoint=grpc_endpoint, insecure=True)
         if transport == "grpc"
-        else HttpSpanExporter(endpoint=gateway.http_endpoint + "/v1/traces")
+        else HttpSpanExporter(endpoint=http_endpoint + "/v1/traces")
     )
     provider = app_provider(exporter)
     tracer = provider.get_tracer("rag-app")
@@ -75,8 +78,14 @@ def test_app_exporter_through_gateway(transport: str, gateway: Gateway, otlp_rec
     other = plain_trace(tracer, 3)
     assert provider.force_flush(5000)
     provider.shutdown()
-    spans = otlp_receiver.wait_for_spans(len(ids) + len(other))
+    spans = receiver.wait_for_spans(len(ids) + len(other), timeout=timeout)
     assert_scored_trace(spans, ids)
+    return ids, other, spans
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+def test_app_exporter_through_gateway(transport: str, gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    ids, other, spans = send_rag_traffic(transport, gateway.grpc_endpoint, gateway.http_endpoint, otlp_receiver)
     assert Counter(s.span_id for s in spans) == Counter(ids + other), "every span exactly once"
     time.sleep(0.2)
     assert len(otlp_receiver.spans()) == len(ids) + len(other)

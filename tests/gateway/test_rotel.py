@@ -15,14 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
-from opentelemetry.sdk.trace.export import SpanExporter
 
 from ragtrace.gateway import Gateway
-from tests.gateway.test_gateway import app_provider, make_gateway
-from tests.live.fakes import plain_trace, rag_trace
-from tests.live.test_e2e_otlp import assert_scored_trace
+from tests.gateway.test_gateway import make_gateway, send_rag_traffic
 from tests.servers.otlp import OtlpReceiver
 
 
@@ -110,19 +105,7 @@ def rotel(gateway: Gateway, tmp_path: Path) -> Iterator[Rotel]:
 def test_scores_arrive_through_rotel_and_the_gateway(
     transport: str, rotel: Rotel, gateway: Gateway, otlp_receiver: OtlpReceiver
 ) -> None:
-    exporter: SpanExporter = (
-        GrpcSpanExporter(endpoint=rotel.grpc_endpoint, insecure=True)
-        if transport == "grpc"
-        else HttpSpanExporter(endpoint=rotel.http_endpoint + "/v1/traces")
-    )
-    provider = app_provider(exporter)
-    tracer = provider.get_tracer("rag-app")
-    ids = rag_trace(tracer, docs=("good doc", "noise", "good again"), plain=3)
-    other = plain_trace(tracer, 3)
-    assert provider.force_flush(5000)
-    provider.shutdown()
-    spans = otlp_receiver.wait_for_spans(len(ids) + len(other), timeout=15)
-    assert_scored_trace(spans, ids)
+    ids, other, _ = send_rag_traffic(transport, rotel.grpc_endpoint, rotel.http_endpoint, otlp_receiver, timeout=15)
     time.sleep(0.2)
     assert Counter(s.span_id for s in otlp_receiver.spans()) == Counter(ids + other), "every span exactly once"
     assert gateway.health()["decisions"] == {"scored": 2, "not_rag": 1}
