@@ -9,6 +9,7 @@ all happen on the background worker. Every span that enters leaves exactly once,
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -136,6 +137,11 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._counts: Counter[str] = Counter()
         self._capture_counts: Counter[str] = Counter()
         self._reported: Counter[str] = Counter()  # decisions and capture counts the metrics have seen
+        # Unsampled roots, the one count the app thread keeps: itertools.count's next() is atomic under
+        # the GIL and costs no lock. `_unsampled_offset` is what next() has returned that is not a root
+        # still to be moved into `_counts` (roots moved already, and the moving calls themselves).
+        self._unsampled_roots = itertools.count()
+        self._unsampled_offset = 0
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
         self._concurrency, self._max_queue, self._tick_interval = concurrency, max_queue, tick_interval
@@ -173,6 +179,7 @@ class RagScoringSpanProcessor(SpanProcessor):
     def decisions(self) -> dict[str, int]:
         """Decision counts so far (the same numbers as the `ragtrace.evaluation.decisions` counter)."""
         with self._counts_lock:
+            self._move_unsampled_roots()
             return dict(self._counts)
 
     @property
@@ -209,36 +216,28 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """O(1) and exception-safe: forward, or hold for scoring (a dict insert under a lock)."""
-        forwarded = False
         try:
             ctx = span.context
-            if self._shutdown or ctx is None:
-                forwarded = True
-                self._forward(span)
-                return
-            trace_id = ctx.trace_id
-            is_root = _is_local_root(span)
-            if not self._sampler.might_sample(trace_id):  # most spans, most of the time: pass straight on
-                forwarded = True
-                self._forward(span)
-                if is_root:
-                    self._count("not_sampled")
-                return
-            if self._mode == "link":  # link mode exports at once; the store keeps a reference only
-                forwarded = True
-                self._forward(span)
-            result = self._store.add(span, trace_id, is_root, span_role(span) == "retrieval")
-            if result == "held":
-                return
-            if result == "overflow":
-                self._count("queue_full")
-            if not forwarded:
-                forwarded = True
-                self._forward(span)
+            if ctx is not None and self._sampler.might_sample(ctx.trace_id):
+                if self._hold(span, ctx.trace_id):
+                    return
+            elif _is_local_root(span):  # most traces, most of the time: counted and passed straight on
+                next(self._unsampled_roots)
         except Exception:
             logger.exception("ragtrace: on_end failed; span forwarded unscored")
-            if not forwarded:
-                self._forward(span)
+        self._forward(span)
+
+    def _hold(self, span: ReadableSpan, trace_id: int) -> bool:
+        """True when the store keeps the span for the worker to forward; False: the caller forwards it."""
+        if self._shutdown:
+            return False
+        result = self._store.add(span, trace_id, _is_local_root(span), span_role(span) == "retrieval")
+        if result == "held":
+            # link mode exports at once: the store keeps a reference to read, never to forward
+            return self._mode == "enrich"
+        if result == "overflow":
+            self._count("queue_full")
+        return False
 
     def _forward(self, span: ReadableSpan) -> None:
         try:
@@ -254,9 +253,17 @@ class RagScoringSpanProcessor(SpanProcessor):
         with self._counts_lock:
             self._counts[decision] += n
 
+    def _move_unsampled_roots(self) -> None:
+        """Add the app thread's lock-free count of unsampled roots to `_counts` (under `_counts_lock`)."""
+        new = next(self._unsampled_roots) - self._unsampled_offset
+        self._unsampled_offset += new + 1
+        if new:
+            self._counts["not_sampled"] += new
+
     def _report(self) -> None:
         """Push decision counts to metrics (batched so the app thread never touches the meter)."""
         with self._counts_lock:
+            self._move_unsampled_roots()
             counted = self._counts + self._capture_counts
             pending, self._reported = counted - self._reported, counted
         if self._metrics is None:

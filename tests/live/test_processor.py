@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -104,6 +105,32 @@ def test_not_sampled_is_forwarded_at_once_and_counted_per_trace(rig: Callable[..
     assert r.exported_once(ids)
     assert r.proc.decisions == {"not_sampled": 2}
     assert r.judge.calls == 0
+
+
+def test_unsampled_roots_are_counted_exactly_across_app_threads(rig: Callable[..., Rig]) -> None:
+    """The app thread counts unsampled traces without a lock; reads from other threads lose none."""
+    r = rig(sampler=Sampler(rate=0.0))
+    threads, traces_each = 4, 300
+    reads: list[int] = []
+    start = threading.Barrier(threads + 1)
+
+    def app() -> None:
+        start.wait()
+        for _ in range(traces_each):
+            plain_trace(r.tracer, 2)
+
+    workers = [threading.Thread(target=app) for _ in range(threads)]
+    for thread in workers:
+        thread.start()
+    start.wait()
+    while any(t.is_alive() for t in workers):  # read (and report) while the app threads count
+        reads.append(r.proc.decisions.get("not_sampled", 0))
+        r.proc.force_flush(1000)
+    for thread in workers:
+        thread.join()
+    assert reads == sorted(reads)  # a count never goes back
+    assert r.proc.decisions == {"not_sampled": threads * traces_each}
+    assert len(r.out.spans) == threads * traces_each * 2
 
 
 def test_non_rag_trace_is_counted(rig: Callable[..., Rig]) -> None:
