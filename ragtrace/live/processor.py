@@ -216,16 +216,23 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """O(1) and exception-safe: forward, or hold for scoring (a dict insert under a lock)."""
+        # The unsampled path (most spans, most of the time) runs on every span of the app: it calls
+        # as few Python functions as it can, since each costs the app more than the work inside it.
         try:
             ctx = span.context
             if ctx is not None and self._sampler.might_sample(ctx.trace_id):
                 if self._hold(span, ctx.trace_id):
                     return
-            elif _is_local_root(span):  # most traces, most of the time: counted and passed straight on
-                next(self._unsampled_roots)
+            else:
+                parent = span.parent
+                if parent is None or parent.is_remote:  # a local root: one unsampled trace
+                    next(self._unsampled_roots)
         except Exception:
             logger.exception("ragtrace: on_end failed; span forwarded unscored")
-        self._forward(span)
+        try:
+            self._exporting.on_end(span)
+        except Exception:
+            logger.exception("ragtrace: wrapped on_end failed")
 
     def _hold(self, span: ReadableSpan, trace_id: int) -> bool:
         """True when the store keeps the span for the worker to forward; False: the caller forwards it."""
