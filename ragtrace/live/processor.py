@@ -9,11 +9,13 @@ all happen on the background worker. Every span that enters leaves exactly once,
 
 from __future__ import annotations
 
+import dis
 import itertools
 import logging
 import os
 import threading
 import time
+import types
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -53,6 +55,15 @@ def _decision(result: ScoreResult) -> str:
     if result.skipped is not None:
         return f"skipped_{result.skipped}"
     return "scored"
+
+
+def _does_nothing(method: object) -> bool:
+    """True for a Python function or method whose body is `pass` (and a docstring at most)."""
+    code = getattr(method, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        return False
+    ops = [(i.opname, i.argval) for i in dis.get_instructions(code) if i.opname not in ("RESUME", "NOP", "CACHE")]
+    return ops in ([("LOAD_CONST", None), ("RETURN_VALUE", None)], [("RETURN_CONST", None)])
 
 
 def _is_local_root(span: ReadableSpan) -> bool:
@@ -118,6 +129,9 @@ class RagScoringSpanProcessor(SpanProcessor):
             if not isinstance(count, int) or count < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
         self._exporting = exporting
+        # The SDK's exporting processors do nothing on start and on ending: skip a call per span then.
+        self._forward_start = not _does_nothing(getattr(exporting, "on_start", None))
+        self._forward_ending = not _does_nothing(getattr(exporting, "_on_ending", None))
         self._judge = judge
         self._scorers: tuple[Scorer, ...] = (
             tuple(scorers) if scorers is not None else tuple(default_scorers())
@@ -203,16 +217,18 @@ class RagScoringSpanProcessor(SpanProcessor):
     # --- the app thread ---------------------------------------------------------------------------
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        try:
-            self._exporting.on_start(span, parent_context=parent_context)
-        except Exception:
-            logger.exception("ragtrace: wrapped on_start failed")
+        if self._forward_start:
+            try:
+                self._exporting.on_start(span, parent_context=parent_context)
+            except Exception:
+                logger.exception("ragtrace: wrapped on_start failed")
 
     def _on_ending(self, span: Span) -> None:
-        try:
-            self._exporting._on_ending(span)
-        except Exception:
-            logger.exception("ragtrace: wrapped _on_ending failed")
+        if self._forward_ending:
+            try:
+                self._exporting._on_ending(span)
+            except Exception:
+                logger.exception("ragtrace: wrapped _on_ending failed")
 
     def on_end(self, span: ReadableSpan) -> None:
         """O(1) and exception-safe: forward, or hold for scoring (a dict insert under a lock)."""

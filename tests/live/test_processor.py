@@ -9,9 +9,11 @@ from collections.abc import Callable
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.processor import RagScoringSpanProcessor, _does_nothing
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision
 from tests.live.fakes import (
@@ -338,6 +340,38 @@ def test_nothing_raises_into_the_host() -> None:
     ids = rag_trace(provider2.get_tracer("t"))
     assert sorted(out.ids()) == sorted(ids)  # forwarded unscored
     provider2.shutdown()
+
+
+class StartAndEnding(CountingProcessor):
+    """A wrapped processor that does something on start and on ending."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[str] = []
+        self.ending: list[str] = []
+
+    def on_start(self, span: object, parent_context: object = None) -> None:
+        self.started.append(getattr(span, "name", ""))
+
+    def _on_ending(self, span: object) -> None:
+        self.ending.append(getattr(span, "name", ""))
+
+
+def test_start_and_ending_reach_the_wrapped_processor_unless_it_does_nothing_there() -> None:
+    wrapped = StartAndEnding()
+    proc = RagScoringSpanProcessor(wrapped, judge=ScriptedJudge(), sampler=Sampler(rate=0.0))
+    provider = provider_with(proc)
+    ids = rag_trace(provider.get_tracer("t"))
+    assert len(wrapped.started) == len(wrapped.ending) == len(ids)
+    provider.shutdown()
+    # The SDK's own exporting processors do nothing there, so the per-span call is skipped.
+    exporter = InMemorySpanExporter()
+    for sdk in (SpanProcessor(), BatchSpanProcessor(exporter), SimpleSpanProcessor(exporter)):
+        skipping = RagScoringSpanProcessor(sdk, judge=ScriptedJudge())
+        assert not skipping._forward_start and not skipping._forward_ending
+        skipping.shutdown()
+    assert not _does_nothing(StartAndEnding.on_start) and _does_nothing(SpanProcessor.on_start)
+    assert not _does_nothing(print) and not _does_nothing(None) and not _does_nothing(lambda: 1)
 
 
 def test_bad_options_are_rejected() -> None:
