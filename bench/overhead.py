@@ -24,6 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import argparse
 import asyncio
+import importlib
 import json
 import random
 import statistics
@@ -148,13 +149,18 @@ def thread_cpu(thread: threading.Thread) -> float:
 class Variant:
     """One provider and the background threads it started (exporter, ragtrace worker)."""
 
-    def __init__(self, with_ragtrace: bool, rate: float = 0.1) -> None:
+    def __init__(self, with_ragtrace: bool, rate: float = 0.1, worker: str = "thread") -> None:
         before = set(threading.enumerate())
         exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
         self.provider = TracerProvider()
         self.processor: RagScoringSpanProcessor | None = None
         if with_ragtrace:
-            self.processor = RagScoringSpanProcessor(exporting, judge=FixedJudge(), sampler=Sampler(rate))
+            # A scoring process imports the judge's class: take it from this file imported as a module,
+            # not from __main__.
+            judge = importlib.import_module("overhead").FixedJudge() if worker == "process" else FixedJudge()
+            self.processor = RagScoringSpanProcessor(
+                exporting, judge=judge, sampler=Sampler(rate), worker=worker  # type: ignore[arg-type]
+            )
             self.provider.add_span_processor(self.processor)
         else:
             self.provider.add_span_processor(exporting)
@@ -189,9 +195,11 @@ def with_app_work(build: Callable[[Tracer], None], rounds: int) -> Callable[[Tra
     return traced
 
 
-def compare(build: Callable[[Tracer], None], rounds: int, n: int, rate: float) -> dict[str, object]:
+def compare(
+    build: Callable[[Tracer], None], rounds: int, n: int, rate: float, worker: str = "thread"
+) -> dict[str, object]:
     """Paired rounds of the same workload without and with ragtrace, in a shuffled order each round."""
-    variants = {"without": Variant(False), "with": Variant(True, rate)}
+    variants = {"without": Variant(False), "with": Variant(True, rate, worker)}
     for variant in variants.values():  # warm up
         variant.block(build, n)
     got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
@@ -248,10 +256,12 @@ def main() -> None:
     parser.add_argument("--app-work", type=int, default=0,
                         help="JSON round trips of a 2 KB payload per trace, to stand for an app's own work "
                              "(0: the bare 5-span workload the targets are set on)")
+    parser.add_argument("--worker", choices=("thread", "process"), default="thread",
+                        help="where scoring runs: a thread of the app's process, or a process of its own")
     args = parser.parse_args()
 
-    rag = compare(with_app_work(rag_trace, args.app_work), args.rounds, args.traces, args.rate)
-    plain = compare(with_app_work(plain_trace, args.app_work), args.rounds, args.traces, args.rate)
+    rag = compare(with_app_work(rag_trace, args.app_work), args.rounds, args.traces, args.rate, args.worker)
+    plain = compare(with_app_work(plain_trace, args.app_work), args.rounds, args.traces, args.rate, args.worker)
     times = sorted(on_end_times(4000))
     p = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
     background = float(rag["background_extra_us_per_trace"])  # type: ignore[arg-type]
@@ -271,6 +281,7 @@ def main() -> None:
         "rounds": args.rounds,
         "traces_per_block": args.traces,
         "sampling_rate": args.rate,
+        "worker": args.worker,
         "app_work_json_round_trips": args.app_work,
         "spans_per_trace": 5,
         "load_average_1m": round(os.getloadavg()[0], 2),

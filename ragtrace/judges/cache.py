@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ragtrace._state import PerProcessState
 from ragtrace.scoring import Aspect, Verdicts
 
 
@@ -60,7 +61,7 @@ def cache_key(
     return hashlib.sha256(json.dumps(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class VerdictCache:
+class VerdictCache(PerProcessState):
     """An in-memory LRU of at most `maxsize` judged samples."""
 
     def __init__(self, maxsize: int = 4096) -> None:

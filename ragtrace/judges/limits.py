@@ -14,10 +14,12 @@ import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 
+from ragtrace._state import PerProcessState
+
 logger = logging.getLogger(__name__)
 
 
-class RateLimiter:
+class RateLimiter(PerProcessState):
     """A token bucket of `requests_per_minute`, holding at most `burst` requests (default: 1).
 
     `acquire()` reserves the next free slot and sleeps until it, so waiters are served in arrival order
@@ -77,7 +79,7 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class DailyBudget:
+class DailyBudget(PerProcessState):
     """At most `limit` of something (judge tokens, USD) per UTC day; the count restarts at UTC midnight.
 
     Spend is recorded after each call (`spend`), so concurrent calls in flight may overshoot by what they

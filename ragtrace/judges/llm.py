@@ -19,11 +19,12 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from opentelemetry import context as otel_context
 from pydantic import ValidationError
 
+from ragtrace._state import PerProcessState, fresh_lock
 from ragtrace.judges.base import (
     JudgeError,
     JudgeInvalidOutput,
@@ -136,13 +137,19 @@ class _Tally:
         )
 
 
-class LLMJudge:
+class LLMJudge(PerProcessState):
     """A `Judge` backed by any litellm model string (`openai/...`, `anthropic/...`, `ollama/...`, ...).
 
     `fused=True` answers every requested aspect in one call; `fused=False` asks once per aspect.
     `cache=True` (default) keeps a bounded in-memory `VerdictCache`; pass one to share it, or
     False/None to disable. Extra keyword arguments go to `litellm.acompletion` unchanged.
     """
+
+    # Semaphores belong to the event loops of this process; another process makes its own.
+    _per_process: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        "_lock": fresh_lock,
+        "_semaphores": lambda _judge: weakref.WeakKeyDictionary(),
+    }
 
     def __init__(
         self,

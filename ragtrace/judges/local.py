@@ -30,10 +30,11 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from ragtrace._state import PerProcessState
 from ragtrace.judges import lexical
 from ragtrace.judges.base import JudgeError, Judgement, JudgeRequest
 from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, RelevanceLevel, Verdicts
@@ -55,7 +56,7 @@ class _Evidence:
     confidence: float
 
 
-class _EmbeddingCache:
+class _EmbeddingCache(PerProcessState):
     """A bounded LRU of text -> vector. Popular documents are retrieved again and again in live traffic."""
 
     def __init__(self, size: int) -> None:
@@ -97,7 +98,7 @@ def _sigmoid(x: float) -> float:
 
 
 @dataclass
-class LocalJudge:
+class LocalJudge(PerProcessState):
     """A `Judge` that answers every aspect from one local forward pass (`fused = True`).
 
     `encoder` defaults to the process-wide all-MiniLM-L6-v2, loaded on first use. `cache_size` bounds the
@@ -128,6 +129,10 @@ class LocalJudge:
     cache_size: int = 4096
     encoder: Encoder | None = None
     _cache: _EmbeddingCache = field(init=False, repr=False)
+    # Another process starts with an empty embedding cache (the model itself is loaded there on first use).
+    _per_process: ClassVar[dict[str, Callable[[Any], Any]]] = {
+        "_cache": lambda judge: _EmbeddingCache(judge.cache_size)
+    }
 
     def __post_init__(self) -> None:
         if self.encoder is None:

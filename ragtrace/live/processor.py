@@ -31,6 +31,7 @@ from ragtrace.judges.base import Judge
 from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.redaction import Redactor
+from ragtrace.live.remote import Answers, ChildSettings, ScoringProcess, events_of
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef, SpanStore
 from ragtrace.live.worker import ScoreJob, ScoringWorker
@@ -47,9 +48,18 @@ logger = logging.getLogger(__name__)
 
 Mode = Literal["enrich", "link"]
 Target = Literal["retrieval", "generation", "root"]
+WorkerKind = Literal["thread", "process"]
+
+# worker="process": the app's process gives the scoring process this long beyond `score_deadline` (after
+# which the child answers with a timeout itself) before it forwards a trace unscored.
+REMOTE_GRACE_S = 2.0
+# A pending trace of worker="process" waits for one answer, for the whole trace: its samples are not known
+# in the app's process.
+_REMOTE = SampleRef(target=0, names=(), retriever="")
 
 
-def _decision(result: ScoreResult) -> str:
+def decision_of(result: ScoreResult) -> str:
+    """The decision a result counts as (`ragtrace.evaluation.decisions`)."""
     if result.error is not None:
         return "timeout" if result.error == "judge_timeout" else "error"
     if result.skipped is not None:
@@ -110,9 +120,14 @@ class RagScoringSpanProcessor(SpanProcessor):
         metrics: RagtraceMetrics | None = None,
         reason_max_chars: int = 500,
         tick_interval: float = 0.05,
+        worker: WorkerKind = "thread",
     ) -> None:
         if mode not in ("enrich", "link"):
             raise ValueError(f"mode must be 'enrich' or 'link', got {mode!r}")
+        if worker not in ("thread", "process"):
+            raise ValueError(f"worker must be 'thread' or 'process', got {worker!r}")
+        if worker == "process" and mode != "enrich":
+            raise ValueError("worker='process' writes scores in enrich mode only; use worker='thread' for link mode")
         if target not in ("retrieval", "generation", "root"):
             raise ValueError(f"target must be 'retrieval', 'generation' or 'root', got {target!r}")
         for name, value in (
@@ -159,13 +174,17 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
         self._concurrency, self._max_queue, self._tick_interval = concurrency, max_queue, tick_interval
+        self._remote: ScoringProcess | None = None
+        self._outbox: list[PendingTrace] = []  # closed traces for the scoring process (worker thread only)
         self._worker = self._start_worker()
+        if worker == "process":
+            self._remote = self._start_remote(max_held_spans, max_open_traces)
         if hasattr(os, "register_at_fork"):  # like the SDK's BatchSpanProcessor: a fresh worker per child
             after_fork = weakref.WeakMethod(self._after_fork_in_child)
             os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
         if metrics is not None:
             try:
-                metrics.observe(lambda: self._worker.depth, lambda: self._store.held)
+                metrics.observe(lambda: self.queue_depth, lambda: self._store.held)
             except Exception:
                 logger.exception("ragtrace: metrics.observe failed")
 
@@ -177,6 +196,25 @@ class RagScoringSpanProcessor(SpanProcessor):
         worker.start()
         return worker
 
+    def _start_remote(self, max_held_spans: int, max_open_traces: int) -> ScoringProcess:
+        settings = ChildSettings(
+            judge=self._judge, scorers=self._scorers, sampler=self._sampler, target=self._target,
+            score_deadline=self._score_deadline, max_queue=self._max_queue, max_held_spans=max_held_spans,
+            max_open_traces=max_open_traces, concurrency=self._concurrency, redactor=self._redactor,
+            extractor=self._extractor, reason_max_chars=self._reason_max_chars,
+            record_metrics=self._metrics is not None,
+        )
+        try:
+            remote = ScoringProcess(settings)
+        except Exception as exc:
+            self._worker.stop()
+            raise ValueError(
+                "worker='process' sends the judge, scorers, sampler, redactor and extractor to the scoring "
+                f"process, and they must pickle: {type(exc).__name__}: {exc}"
+            ) from exc
+        remote.start()
+        return remote
+
     def _after_fork_in_child(self) -> None:
         """The worker thread does not survive fork, and the parent exports what it held: start empty."""
         self._store = SpanStore(
@@ -184,8 +222,13 @@ class RagScoringSpanProcessor(SpanProcessor):
         )
         self._counts_lock = threading.Lock()
         self._shutdown_lock = threading.Lock()
+        self._outbox = []
+        if self._remote is not None:  # the parent's scoring process answers the parent only
+            self._remote.abandon()
         if not self._shutdown:
             self._worker = self._start_worker()
+            if self._remote is not None:
+                self._remote = self._start_remote(self._store.max_held_spans, self._store.max_open_traces)
 
     # --- introspection (tests, health) ------------------------------------------------------------
 
@@ -212,7 +255,8 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     @property
     def queue_depth(self) -> int:
-        return self._worker.depth
+        """Jobs queued or running; with worker="process", traces out at the scoring process."""
+        return self._worker.depth if self._remote is None else self._store.pending_traces
 
     # --- the app thread ---------------------------------------------------------------------------
 
@@ -308,9 +352,19 @@ class RagScoringSpanProcessor(SpanProcessor):
                 logger.exception("ragtrace: closing a trace failed; spans forwarded unscored")
                 self._count("error")
                 self._pass_through(trace)
+        if self._remote is not None:
+            for answers in self._remote.receive():
+                self._remote_answers(answers)
+            if self._outbox:
+                self._ship()
         for pending in self._store.pop_expired(time.monotonic()):
             self._release(pending)
         self._report()
+
+    def close_open_traces(self, timeout: float = 5.0) -> None:
+        """Close every open trace now rather than at its root or `max_trace_wait` (the scoring process
+        receives whole traces, so it need not wait for anything)."""
+        self._worker.call(lambda: self._tick(everything=True), timeout)
 
     def _pass_through(self, trace: OpenTrace) -> None:
         if self._mode == "enrich":
@@ -325,6 +379,9 @@ class RagScoringSpanProcessor(SpanProcessor):
         if not trace.has_retrieval and self._extractor is None:  # span_role saw no retrieval: skip capture
             self._count("not_rag")
             self._pass_through(trace)
+            return
+        if self._remote is not None:
+            self._queue_remote(trace)
             return
         spans = trace.spans
         stats = CaptureStats()
@@ -386,6 +443,73 @@ class RagScoringSpanProcessor(SpanProcessor):
                 recorded = self._store.record(trace_id, key, None)
                 if recorded is not None and recorded[2]:
                     self._release(recorded[1])
+
+    # --- worker="process" ------------------------------------------------------------------------------
+
+    def _queue_remote(self, trace: OpenTrace) -> None:
+        """Park a closed trace and put it in this tick's message to the scoring process."""
+        spans = trace.spans
+        first = spans[0]
+        assert first.context is not None  # only spans with a context are ever held
+        if self._store.pending_traces >= self._max_queue:
+            self._count("queue_full")
+            self._pass_through(trace)
+            return
+        pending = PendingTrace(
+            trace_id=first.context.trace_id,
+            spans=spans,
+            deadline=time.monotonic() + self._score_deadline + REMOTE_GRACE_S,
+            resource=first.resource,
+            trace_flags=first.context.trace_flags,
+            waiting={0: _REMOTE},
+        )
+        if not self._store.put_pending(pending.trace_id, pending):
+            self._count("queue_full")
+            self._pass_through(trace)
+            return
+        self._outbox.append(pending)
+
+    def _ship(self) -> None:
+        """Send this tick's closed traces in one message; if the scoring process is gone, forward them."""
+        outbox, self._outbox = self._outbox, []
+        assert self._remote is not None
+        try:
+            sent = self._remote.send([pending.spans for pending in outbox])
+        except Exception:
+            logger.exception("ragtrace: sending traces to the scoring process failed")
+            sent = False
+        if sent:
+            return
+        for pending in outbox:
+            recorded = self._store.record(pending.trace_id, 0, None)
+            if recorded is not None:
+                self._count("error")
+                self._forward_with_writes(recorded[1].spans, {})
+
+    def _remote_drain(self, deadline: float) -> None:
+        """Flush (worker thread): take the scoring process's answers until nothing waits or `deadline`."""
+        assert self._remote is not None
+        while self._store.pending_traces and self._remote.alive and (left := deadline - time.monotonic()) > 0:
+            for answers in self._remote.receive(min(left, 0.05)):
+                self._remote_answers(answers)
+
+    def _remote_answers(self, answers: Answers) -> None:
+        """The scoring process answered (worker thread): replay metrics; count, write and forward traces."""
+        if self._metrics is not None:
+            for name, args in answers.metric_calls:
+                try:
+                    getattr(self._metrics, name)(*args)
+                except Exception:
+                    logger.exception("ragtrace: metrics.%s failed", name)
+        for answer in answers.traces:
+            recorded = self._store.record(answer.trace_id, 0, None)
+            if recorded is None:  # released already (deadline, flush) and counted as a timeout then
+                continue
+            with self._counts_lock:
+                self._counts.update(answer.decisions)
+                self._capture_counts.update(answer.capture)
+            writes = {span_id: (attrs, events_of(events)) for span_id, attrs, events in answer.writes}
+            self._forward_with_writes(recorded[1].spans, writes)
 
     def _plan(
         self, trace_id: int, captured: CapturedSample, span: ReadableSpan
@@ -451,7 +575,7 @@ class RagScoringSpanProcessor(SpanProcessor):
             return
         ref, pending, last = recorded
         for result in evaluation.results:
-            self._count(_decision(result))
+            self._count(decision_of(result))
             # Results skipped for `no_context` reach metrics too: they make the empty-retrieval rate.
             if self._metrics is not None and (result.score is not None or result.skipped == "no_context"):
                 try:
@@ -490,26 +614,48 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     def _release(self, pending: PendingTrace) -> None:
         """Forward a pending trace once (it was taken out of the store): unfinished samples time out."""
+        self._time_out_waiting(pending)
+        self._forward_with_writes(pending.spans, self._writes(pending.evaluations))
+
+    def _time_out_waiting(self, pending: PendingTrace) -> None:
+        """The samples still waiting get a timeout evaluation (enrich) or span (link), and are counted."""
         start_ns = time.time_ns()
         for ref in pending.waiting.values():
             evaluation = self._timed_out(ref)
-            self._count("timeout", len(ref.names))
+            self._count("timeout", len(ref.names) or 1)  # a trace out at the scoring process counts one
             if self._mode == "link":
                 self._emit_links(pending, ref.target, evaluation, start_ns)
             else:
                 pending.evaluations.setdefault(ref.target, []).append(evaluation)
         pending.waiting = {}
-        for span in pending.spans:
-            evaluations = pending.evaluations.get(span.context.span_id) if span.context else None
-            if evaluations:
+
+    def _writes(
+        self, evaluations_by_span: dict[int, list[Evaluation]]
+    ) -> dict[int, tuple[dict[str, AttributeValue], list[Event]]]:
+        """The attributes and events each evaluated span gets."""
+        writes: dict[int, tuple[dict[str, AttributeValue], list[Event]]] = {}
+        for span_id, evaluations in evaluations_by_span.items():
+            try:
+                attrs: dict[str, AttributeValue] = {}
+                events: list[Event] = []
+                for evaluation in evaluations:
+                    more_attrs, more_events = evaluation_writes(evaluation, self._reason_max_chars)
+                    attrs.update(more_attrs)
+                    events.extend(more_events)
+                writes[span_id] = (attrs, events)
+            except Exception:
+                logger.exception("ragtrace: writing an evaluation failed; its span is forwarded unscored")
+        return writes
+
+    def _forward_with_writes(
+        self, spans: Iterable[ReadableSpan], writes: dict[int, tuple[dict[str, AttributeValue], list[Event]]]
+    ) -> None:
+        """Forward each span once, with the attributes and events written for it (if any)."""
+        for span in spans:
+            found = writes.get(span.context.span_id) if writes and span.context is not None else None
+            if found is not None:
                 try:
-                    attrs: dict[str, AttributeValue] = {}
-                    events: list[Event] = []
-                    for evaluation in evaluations:
-                        more_attrs, more_events = evaluation_writes(evaluation, self._reason_max_chars)
-                        attrs.update(more_attrs)
-                        events.extend(more_events)
-                    span = enrich(span, attrs, events)
+                    span = enrich(span, *found)
                 except Exception:
                     logger.exception("ragtrace: enriching a span failed; forwarded unscored")
             self._forward(span)
@@ -524,7 +670,9 @@ class RagScoringSpanProcessor(SpanProcessor):
                 self._pass_through(trace)
         # Wait for the traces that are still waiting for scores (not for jobs whose trace is gone);
         # never on the worker's own thread (a judge flushing the provider), which would deadlock it.
-        if not self._worker.on_loop:
+        if self._remote is not None:
+            self._worker.call(lambda: self._remote_drain(deadline), deadline - time.monotonic())
+        elif not self._worker.on_loop:
             self._store.wait_drained(deadline - time.monotonic())
         for pending in self._store.pop_expired(time.monotonic(), everything=True):
             self._release(pending)
@@ -560,6 +708,8 @@ class RagScoringSpanProcessor(SpanProcessor):
                 self._forward_all(trace.spans if self._mode == "enrich" else ())
             for item in pending:
                 self._release(item)
+            if self._remote is not None:
+                self._remote.stop()
             self._report()
             if self._metrics is not None:
                 self._metrics.shutdown()

@@ -9,6 +9,7 @@ rules brings its own hook.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import re
@@ -193,8 +194,14 @@ class Redactor:
         extra = tuple(_Rule(f"pattern[{i}]", p, _nonempty(REDACTED)) for i, p in enumerate(patterns))
         self._rules: tuple[_Rule, ...] = (_BUILTIN_RULES if builtin else ()) + extra
         self._hook = hook
+        self._settings = (builtin, tuple(patterns))
         self._lock = threading.Lock()
         self._failures = 0
+
+    def __reduce__(self) -> tuple[Callable[..., Redactor], tuple[Callable[[str], str] | None]]:
+        """Pickled as its settings (the scoring process of `worker="process"` builds its own rules)."""
+        builtin, patterns = self._settings
+        return functools.partial(Redactor, builtin=builtin, patterns=patterns), (self._hook,)
 
     @property
     def failures(self) -> int:

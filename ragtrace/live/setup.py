@@ -51,6 +51,9 @@ class RagtraceSettings(BaseModel):
     judge_api_base: str | None = None
     sample_rate: float = Field(0.1, ge=0.0, le=1.0)
     mode: Literal["enrich", "link"] = "enrich"
+    worker: Literal["thread", "process"] = Field(
+        "thread", description="score in a thread of the app's process, or in a scoring process of its own"
+    )
     target: Literal["retrieval", "generation", "root"] = "retrieval"
     scorers: tuple[str, ...] = ("context_precision", "context_relevance", "context_recall")
     max_queue: int = Field(1000, ge=1)
@@ -115,6 +118,7 @@ class RagtraceSettings(BaseModel):
                 daily_usd_budget=self.daily_usd_budget,
             ),
             "mode": self.mode,
+            "worker": self.worker,
             "target": self.target,
             "max_trace_wait": self.max_trace_wait,
             "score_deadline": self.score_deadline,

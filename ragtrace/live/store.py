@@ -183,6 +183,9 @@ class SpanStore:
                 self._drained.notify_all()
         return out
 
+    def is_pending(self, trace_id: int) -> bool:
+        return trace_id in self._pending
+
     def wait_drained(self, timeout: float) -> bool:
         """Block until no trace is waiting for scores, or `timeout` seconds; True if none is."""
         with self.lock:

@@ -18,6 +18,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.trace import Span, Tracer, set_span_in_context
 
+from ragtrace._state import PerProcessState
 from ragtrace.judges.base import JudgeInvalidOutput, Judgement, JudgeRequest, JudgeTimeout, RateLimited
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
@@ -26,8 +27,11 @@ from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, V
 BEHAVIOURS = ("fast", "slow", "hang", "timeout", "error", "invalid", "crash")
 
 
-class ScriptedJudge:
-    """A fused in-process judge: verdicts say context i is useful iff its text contains 'good'."""
+class ScriptedJudge(PerProcessState):
+    """A fused in-process judge: verdicts say context i is useful iff its text contains 'good'.
+
+    It pickles, so worker="process" tests run it in the scoring process (its call counts stay there).
+    """
 
     model = "scripted/judge"
     prompt_version = "test-v1"
@@ -120,9 +124,12 @@ def rag_trace(
     retrievals: int = 1,
     plain: int = 1,
     end_root: bool = True,
+    ground_truth: str | None = None,
 ) -> list[int]:
     """One request: root, `retrievals` x (retrieval + chat), `plain` other spans. Returns the span ids."""
-    return open_rag_trace(tracer, query, docs, answer, retrievals=retrievals, plain=plain, end_root=end_root)[1]
+    return open_rag_trace(
+        tracer, query, docs, answer, retrievals=retrievals, plain=plain, end_root=end_root, ground_truth=ground_truth
+    )[1]
 
 
 def open_rag_trace(
@@ -134,10 +141,13 @@ def open_rag_trace(
     retrievals: int = 1,
     plain: int = 1,
     end_root: bool = False,
+    ground_truth: str | None = None,
 ) -> tuple[Span, list[int]]:
     """Like `rag_trace`, and hands back the root span (left open unless `end_root`)."""
     ids: list[int] = []
     root = tracer.start_span("rag request")
+    if ground_truth is not None:
+        root.set_attribute("ragtrace.ground_truth", ground_truth)
     ids.append(root.get_span_context().span_id)
     ctx = set_span_in_context(root)
     for _ in range(retrievals):

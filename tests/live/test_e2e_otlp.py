@@ -51,11 +51,13 @@ class App:
         self.meter_provider.shutdown()
 
 
-@pytest.fixture
-def grpc_app(otlp_receiver: OtlpReceiver) -> Iterator[App]:
+@pytest.fixture(params=["thread", "process"])
+def grpc_app(otlp_receiver: OtlpReceiver, request: pytest.FixtureRequest) -> Iterator[App]:
+    """The app exporting over gRPC, scoring in a worker thread or in a scoring process of its own."""
     app = App(
         GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
         GrpcMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
+        worker=request.param,
     )
     yield app
     app.close()
@@ -177,8 +179,10 @@ def test_link_mode_over_grpc(otlp_receiver: OtlpReceiver) -> None:
         app.close()
 
 
-def test_install_with_the_local_judge_over_otlp(otlp_receiver: OtlpReceiver) -> None:
-    """The whole user path: install() on a provider that exports over OTLP, the real offline judge."""
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_install_with_the_local_judge_over_otlp(otlp_receiver: OtlpReceiver, worker: str) -> None:
+    """The whole user path: install() on a provider that exports over OTLP, the real offline judge (in the
+    scoring process too: it pickles, and loads its model there)."""
     pytest.importorskip("numpy")
     try:
         from ragtrace.judges.local import LocalJudge
@@ -194,7 +198,7 @@ def test_install_with_the_local_judge_over_otlp(otlp_receiver: OtlpReceiver) -> 
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(
         GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True), schedule_delay_millis=50))
-    processor = install(provider, judge="local", settings=RagtraceSettings(sample_rate=1.0),
+    processor = install(provider, judge="local", settings=RagtraceSettings(sample_rate=1.0, worker=worker),  # type: ignore[arg-type]
                         meter_provider=meter_provider)
     assert processor is not None
     try:

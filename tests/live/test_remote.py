@@ -1,0 +1,175 @@
+"""worker="process": the plain-data codec, what pickles, and the processor with a real scoring process."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import re
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, set_span_in_context
+
+from ragtrace.judges.llm import LLMJudge
+from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.redaction import Redactor
+from ragtrace.live.remote import plain_traces, span_of
+from ragtrace.live.sampling import Sampler, SamplingRule
+from tests.live.fakes import CountingProcessor, Rig, ScriptedJudge, open_rag_trace, plain_trace, rag_trace
+from tests.live.test_zero_loss import check
+
+
+def shout(text: str) -> str:  # a redaction hook the scoring process can import
+    return text.upper()
+
+
+def ended(build: Callable[[TracerProvider], object]) -> list[ReadableSpan]:
+    out = CountingProcessor()
+    provider = TracerProvider(resource=Resource.create({"service.name": "codec"}))
+    provider.add_span_processor(out)
+    build(provider)
+    return out.spans
+
+
+def test_spans_survive_the_trip_to_the_scoring_process() -> None:
+    def build(provider: TracerProvider) -> None:
+        tracer = provider.get_tracer("t")
+        remote_parent = SpanContext(7, 9, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        with tracer.start_as_current_span(
+            "retrieve", context=set_span_in_context(NonRecordingSpan(remote_parent)), kind=SpanKind.CLIENT
+        ) as span:
+            span.set_attribute("db.system", "qdrant")
+            span.set_attribute("scores", [0.5, 0.25])
+            span.add_event("db.query.result", {"db.query.result.document": "text é ☃"})
+
+    (span,) = ended(build)
+    resources, traces = plain_traces([[span]])
+    (copy,) = [span_of(p, [Resource(r) for r in resources]) for p in pickle.loads(pickle.dumps(traces))[0]]
+    assert copy.name == span.name and copy.kind == SpanKind.CLIENT
+    assert copy.context == span.context and copy.parent == span.parent and copy.parent.is_remote  # type: ignore[union-attr]
+    assert (copy.start_time, copy.end_time) == (span.start_time, span.end_time)
+    assert dict(copy.attributes or {}) == dict(span.attributes or {})
+    assert [(e.name, dict(e.attributes or {}), e.timestamp) for e in copy.events] == [
+        (e.name, dict(e.attributes or {}), e.timestamp) for e in span.events
+    ]
+    assert copy.resource.attributes["service.name"] == "codec"
+
+
+def test_what_the_scoring_process_is_sent_pickles_with_fresh_locks() -> None:
+    judge = LLMJudge("openai/gpt-4o-mini", api_key="sk-test", requests_per_minute=60, daily_token_budget=1000)
+    copy = pickle.loads(pickle.dumps(judge))
+    assert copy.model == judge.model and copy.budget is not None and copy.budget.limit == 1000
+    assert copy._lock is not judge._lock and not copy._lock.locked()
+    sampler = Sampler(0.3, rules=[SamplingRule(1.0, span_name="retrieve*")], evaluations_per_minute=2)
+    sampler_copy = pickle.loads(pickle.dumps(sampler))
+    assert sampler_copy.rate == 0.3 and sampler_copy.rules == sampler.rules
+    assert [sampler_copy.admit() for _ in range(3)] == ["ok", "ok", "throttled"]
+    redactor = Redactor(shout, builtin=True, patterns=[re.compile(r"acme-\d+")])
+    text = "mail bob@example.com about acme-42"
+    assert pickle.loads(pickle.dumps(redactor)).redact_text(text) == redactor.redact_text(text)
+    assert "[EMAIL]" in redactor.redact_text(text) and "[REDACTED]" in redactor.redact_text(text)
+
+
+def test_objects_the_scoring_process_cannot_import_are_refused_up_front() -> None:
+    main_judge = type("MainJudge", (ScriptedJudge,), {"__module__": "__main__"})
+    with pytest.raises(ValueError, match="defined in __main__"):
+        RagScoringSpanProcessor(CountingProcessor(), judge=main_judge(), worker="process")
+    with pytest.raises(ValueError, match="must pickle"):
+        RagScoringSpanProcessor(CountingProcessor(), judge=ScriptedJudge(), worker="process",
+                                redactor=Redactor(lambda text: text))
+    with pytest.raises(ValueError, match="enrich mode only"):
+        RagScoringSpanProcessor(CountingProcessor(), judge=ScriptedJudge(), worker="process", mode="link")
+    with pytest.raises(ValueError, match="worker must be"):
+        RagScoringSpanProcessor(CountingProcessor(), judge=ScriptedJudge(), worker="fork")  # type: ignore[arg-type]
+
+
+def test_scores_written_by_the_scoring_process(rig: Callable[..., Rig]) -> None:
+    r = rig(worker="process", redactor=Redactor(shout), target="root")
+    ids = rag_trace(r.tracer, docs=("good doc", "bad doc", "good too"), ground_truth="good")
+    other = plain_trace(r.tracer, 3)
+    r.settle(len(ids) + len(other))
+    r.assert_exactly_once(ids + other)
+    (root,) = [s for s in r.out.spans if s.context is not None and s.context.span_id == ids[0]]
+    attrs = root.attributes or {}
+    # the hook upper-cased every text before the judge saw it: no context contains "good" any more
+    assert attrs["ragtrace.context_precision.score"] == 0.0
+    assert attrs["ragtrace.eval.status"] == "scored"
+    assert {e.attributes["gen_ai.evaluation.name"] for e in root.events} == {  # type: ignore[index]
+        "context_precision", "context_relevance", "context_recall",
+    }
+    assert r.proc.decisions == {"scored": 3, "not_rag": 1}
+    assert r.proc.queue_depth == 0
+
+
+def test_judge_failures_and_hangs_in_the_scoring_process(rig: Callable[..., Rig]) -> None:
+    r = rig(worker="process", score_deadline=0.3)
+    ids = {kind: rag_trace(r.tracer, query=f"{kind}: q") for kind in ("fast", "error", "hang", "crash")}
+    r.settle(sum(len(v) for v in ids.values()), timeout=15)
+    r.assert_exactly_once([i for v in ids.values() for i in v])
+    status = {
+        kind: (next(s for s in r.out.spans if s.context and s.context.span_id == v[1]).attributes or {}).get(
+            "ragtrace.eval.status"
+        )
+        for kind, v in ids.items()
+    }
+    assert status == {"fast": "scored", "error": "error", "hang": "timeout", "crash": "error"}
+    assert r.proc.decisions == {"scored": 2, "error": 4, "timeout": 2}
+
+
+def test_a_lost_scoring_process_costs_scores_not_spans(rig: Callable[..., Rig]) -> None:
+    r = rig(worker="process", score_deadline=0.5)
+    before = rag_trace(r.tracer)
+    r.settle(len(before))
+    slow = rag_trace(r.tracer, query="hang: q")  # out at the scoring process when it dies
+    time.sleep(0.1)
+    assert r.proc._remote is not None and r.proc._remote._process is not None
+    os.kill(r.proc._remote._process.pid, signal.SIGKILL)
+    after = rag_trace(r.tracer)
+    r.settle(len(before) + len(slow) + len(after), timeout=10)
+    r.assert_exactly_once(before + slow + after)
+    assert (next(s for s in r.out.spans if s.name == "retrieve").attributes or {})["ragtrace.eval.status"] == "scored"
+    for span in r.out.spans:
+        if span.context is not None and span.context.span_id in slow + after:
+            assert not any(k.startswith("ragtrace.") for k in (span.attributes or {}))
+    decisions = r.proc.decisions
+    assert decisions["scored"] == 2 and decisions.get("timeout", 0) + decisions.get("error", 0) == 2
+    assert r.proc.queue_depth == 0
+
+
+def test_every_span_exported_once_with_a_scoring_process() -> None:
+    """Randomized: traces of every judge behaviour, open roots, tight limits and flushes of every length."""
+    rnd = random.Random(20261129)
+    out = CountingProcessor()
+    proc = RagScoringSpanProcessor(
+        out, judge=ScriptedJudge(slow_s=0.03), sampler=Sampler(rate=0.8), worker="process", tick_interval=0.01,
+        score_deadline=0.2, max_trace_wait=0.3, max_queue=8, max_held_spans=40, max_open_traces=6,
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(proc)
+    tracer = provider.get_tracer("zero-loss")
+    entered: set[int] = set()
+    while "scored" not in proc.decisions:  # wait until the scoring process is up (80 % of traces are sampled)
+        entered.update(rag_trace(tracer))
+        assert proc.force_flush(10_000)
+    for n in range(120):
+        kind = rnd.choice(["rag", "rag", "plain", "open"])
+        if kind == "plain":
+            entered.update(plain_trace(tracer, rnd.randint(1, 4)))
+        else:
+            behaviour = rnd.choice(["fast", "fast", "slow", "hang", "timeout", "error", "invalid", "crash"])
+            _, ids = open_rag_trace(tracer, query=f"{behaviour}: q{n}", retrievals=rnd.randint(1, 3),
+                                    plain=rnd.randint(0, 2), end_root=kind == "rag")
+            entered.update(ids if kind == "rag" else ids[1:])
+        if rnd.random() < 0.1:
+            proc.force_flush(rnd.choice([0, 20, 200]))
+        if rnd.random() < 0.1:
+            time.sleep(0.02)
+    proc.shutdown()
+    check(out, proc, entered, "enrich")
+    decisions = proc.decisions
+    assert decisions["scored"] >= 2 and decisions.get("error", 0) + decisions.get("timeout", 0) > 0, decisions
