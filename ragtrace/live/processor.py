@@ -472,15 +472,21 @@ class RagScoringSpanProcessor(SpanProcessor):
     def _ship(self) -> None:
         """Send this tick's closed traces in one message; if the scoring process is gone, forward them."""
         outbox, self._outbox = self._outbox, []
-        assert self._remote is not None
+        remote = self._remote
+        assert remote is not None
         try:
-            sent = self._remote.send([pending.spans for pending in outbox])
-        except Exception:
-            logger.exception("ragtrace: sending traces to the scoring process failed")
-            sent = False
-        if sent:
-            return
-        for pending in outbox:
+            unsent = [] if remote.send([pending.spans for pending in outbox]) else outbox
+        except Exception:  # a trace that does not encode (a foreign span, say): find it, send the others
+            unsent = []
+            for pending in outbox:
+                try:
+                    if not remote.send([pending.spans]):
+                        unsent.append(pending)
+                except Exception as exc:
+                    logger.warning("ragtrace: a trace could not be sent for scoring (%s: %s); forwarded unscored",
+                                   type(exc).__name__, exc)
+                    unsent.append(pending)
+        for pending in unsent:
             recorded = self._store.record(pending.trace_id, 0, None)
             if recorded is not None:
                 self._count("error")

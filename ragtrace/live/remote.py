@@ -25,7 +25,7 @@ import struct
 import subprocess
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
@@ -113,7 +113,7 @@ def plain_traces(traces: Sequence[Sequence[ReadableSpan]]) -> tuple[list[dict[st
             plain.append((
                 span.name, ctx.trace_id, ctx.span_id, int(ctx.trace_flags),
                 parent.span_id if parent is not None else None, bool(parent is not None and parent.is_remote),
-                span.kind.value, span.start_time, span.end_time, attrs_of(span),
+                span.kind.value, span.start_time, span.end_time, _plain_dict(attrs_of(span)),
                 plain_events(events) if (events := span.events) else [],
                 at,
             ))
@@ -139,6 +139,10 @@ def span_of(plain: PlainSpan, resources: Sequence[Resource]) -> ReadableSpan:
         start_time=start,
         end_time=end,
     )
+
+
+def _plain_dict(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    return attrs if type(attrs) is dict else dict(attrs)  # the SDK's own dict travels as it is
 
 
 def plain_events(events: Sequence[Event]) -> list[PlainEvent]:

@@ -408,8 +408,9 @@ def test_dropped_counts_survive_enrichment(rig: Callable[..., Rig]) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_scores_with_its_own_worker(rig: Callable[..., Rig]) -> None:
-    r = rig()
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_a_forked_child_scores_with_its_own_worker(rig: Callable[..., Rig], worker: str) -> None:
+    r = rig(worker=worker)
     parent_ids = rag_trace(r.tracer, end_root=False)  # held in the parent when it forks
     read, write = os.pipe()
     pid = os.fork()

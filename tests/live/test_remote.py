@@ -7,19 +7,24 @@ import pickle
 import random
 import re
 import signal
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, set_span_in_context
 
+from ragtrace.capture import CaptureStats, extract_samples, span_role
 from ragtrace.judges.llm import LLMJudge
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.remote import plain_traces, span_of
 from ragtrace.live.sampling import Sampler, SamplingRule
+from tests.capture.test_fuzz import span_specs
 from tests.live.fakes import CountingProcessor, Rig, ScriptedJudge, open_rag_trace, plain_trace, rag_trace
 from tests.live.test_zero_loss import check
 
@@ -58,6 +63,34 @@ def test_spans_survive_the_trip_to_the_scoring_process() -> None:
         (e.name, dict(e.attributes or {}), e.timestamp) for e in span.events
     ]
     assert copy.resource.attributes["service.name"] == "codec"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(span_specs)
+def test_the_scoring_process_reads_what_the_thread_worker_reads(
+    specs: list[tuple[dict[str, Any], list[Any], int, int, int]],
+) -> None:
+    """Fuzzed spans: after the trip, span roles and captured samples are exactly those of the originals."""
+
+    def build(provider: TracerProvider) -> None:
+        tracer = provider.get_tracer("fuzz")
+        made: list[Any] = []
+        for attrs, events, start, duration, parent_index in specs:
+            parent = made[parent_index] if 0 <= parent_index < len(made) else None
+            context = set_span_in_context(parent) if parent is not None else None
+            span = tracer.start_span("s", context=context, attributes=attrs, start_time=start)
+            for name, event_attrs in events:
+                span.add_event(name, event_attrs)
+            span.end(end_time=start + duration)
+            made.append(span)
+
+    spans = ended(build)
+    resources, traces = pickle.loads(pickle.dumps(plain_traces([spans])))
+    copies = [span_of(p, [Resource(r) for r in resources]) for p in traces[0]]
+    assert [span_role(s) for s in copies] == [span_role(s) for s in spans]
+    original, copied = CaptureStats(), CaptureStats()
+    assert extract_samples(copies, stats=copied) == extract_samples(spans, stats=original)
+    assert copied.counts == original.counts
 
 
 def test_what_the_scoring_process_is_sent_pickles_with_fresh_locks() -> None:
@@ -173,3 +206,23 @@ def test_every_span_exported_once_with_a_scoring_process() -> None:
     check(out, proc, entered, "enrich")
     decisions = proc.decisions
     assert decisions["scored"] >= 2 and decisions.get("error", 0) + decisions.get("timeout", 0) > 0, decisions
+
+
+def test_a_trace_that_cannot_be_sent_is_forwarded_and_the_rest_scored(rig: Callable[..., Rig]) -> None:
+    """A foreign span with an attribute value that does not pickle: its trace goes out unscored, counted."""
+    r = rig(worker="process", tick_interval=0.2)  # one tick's message holds both traces
+    flags = TraceFlags(TraceFlags.SAMPLED)
+    odd = ReadableSpan(
+        name="retrieve", context=SpanContext(1234, 5678, is_remote=False, trace_flags=flags),
+        attributes={"gen_ai.operation.name": "retrieval", "handle": threading.Lock()},  # type: ignore[dict-item]
+        start_time=1, end_time=2,
+    )
+    r.proc.on_end(odd)
+    ids = rag_trace(r.tracer)
+    r.settle(len(ids) + 1)
+    assert r.out.spans.count(odd) == 1
+    r.assert_exactly_once([*ids, 5678])
+    assert (next(s for s in r.out.spans if s.name == "retrieve" and s is not odd).attributes or {})[
+        "ragtrace.eval.status"
+    ] == "scored"
+    assert r.proc.decisions == {"scored": 2, "error": 1}
