@@ -1,19 +1,22 @@
 """What ragtrace costs the app: throughput with and without the scoring processor, A/B in one process.
 
 Workload per trace: a root, 2 plain children, 1 retrieval (5 documents), 1 generation = 5 spans, through
-a real TracerProvider into a BatchSpanProcessor with a null exporter. The ragtrace variant puts a
-RagScoringSpanProcessor (10 % sampling, a judge that answers at once) in front.
+a real TracerProvider into a BatchSpanProcessor with a null exporter. The ragtrace variants put a
+RagScoringSpanProcessor (10 % sampling, a judge that answers at once) in front, scoring in a worker thread
+(`worker="thread"`, the default) or in a scoring process of its own (`worker="process"`).
 
 The machine is shared and its speed drifts by tens of percent within seconds, so the variants run in
 short blocks (`--traces` traces, then force_flush, so the worker's and exporter's backlog is paid inside
-the block), in a shuffled order every round; each round gives one paired ratio and the median over
-rounds is reported (`ratio_*`). Per-thread CPU time (Linux /proc) splits the cost: what the app's own
-thread spends more per trace, and what the background threads spend. Under the GIL the worker's CPU is
-the app's loss, so `worker_cpu_us_per_sampled_trace` is the figure that decides the ratio at a given
-sampling rate. `on_end_p99_us` times the processor's own `on_end` (wrapping a no-op processor).
+the block), in a shuffled order every round; each round gives one paired ratio per variant against the
+same baseline block, and the median over rounds is reported (`ratio_*`). Per-thread CPU time (Linux
+/proc) splits the cost: what the app's own thread spends more per trace, and what the app's background
+threads spend. Under the GIL their CPU is the app's loss, so `worker_cpu_us_per_sampled_trace` is the
+figure that decides the ratio at a given sampling rate (with worker="process", the scoring process's own
+CPU runs on another core and is not in it). `on_end_p99_us` times the processor's own `on_end`.
 
-    python bench/overhead.py                 # prints JSON; the targets are set on this bare workload
-    python bench/overhead.py --app-work 7 --traces 100   # plus ~0.7 ms of the app's own CPU per trace
+    python bench/overhead.py                    # prints JSON: both workers; top-level figures: the thread's
+    python bench/overhead.py --worker process   # the scoring process only
+    python bench/overhead.py --app-work 7       # plus ~1 ms of the app's own CPU per trace
 """
 
 from __future__ import annotations
@@ -196,10 +199,10 @@ def with_app_work(build: Callable[[Tracer], None], rounds: int) -> Callable[[Tra
 
 
 def compare(
-    build: Callable[[Tracer], None], rounds: int, n: int, rate: float, worker: str = "thread"
-) -> dict[str, object]:
-    """Paired rounds of the same workload without and with ragtrace, in a shuffled order each round."""
-    variants = {"without": Variant(False), "with": Variant(True, rate, worker)}
+    build: Callable[[Tracer], None], rounds: int, n: int, rate: float, workers: Sequence[str]
+) -> dict[str, dict[str, object]]:
+    """Paired rounds of the same workload without ragtrace and with each worker, shuffled every round."""
+    variants = {"without": Variant(False), **{worker: Variant(True, rate, worker) for worker in workers}}
     for variant in variants.values():  # warm up
         variant.block(build, n)
     got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
@@ -208,25 +211,26 @@ def compare(
         random.shuffle(order)
         for name in order:
             got[name].append(variants[name].block(build, n))
-    median = statistics.median
-    ratios = [a[0] / b[0] for a, b in zip(got["without"], got["with"], strict=True)]
-    cpu_ratios = [(a[1] + a[2]) / (b[1] + b[2]) for a, b in zip(got["without"], got["with"], strict=True)]
     # CPU per trace over all rounds (/proc counts whole clock ticks, too coarse for one block).
     base_app, base_bg = (statistics.fmean(x[i] for x in got["without"]) for i in (1, 2))
-    app, bg = (statistics.fmean(x[i] for x in got["with"]) for i in (1, 2))
-    processor = variants["with"].processor
-    decisions = processor.decisions if processor is not None else {}
+    out: dict[str, dict[str, object]] = {}
+    for worker in workers:
+        ratios = [a[0] / b[0] for a, b in zip(got["without"], got[worker], strict=True)]
+        cpu_ratios = [(a[1] + a[2]) / (b[1] + b[2]) for a, b in zip(got["without"], got[worker], strict=True)]
+        app, bg = (statistics.fmean(x[i] for x in got[worker]) for i in (1, 2))
+        processor = variants[worker].processor
+        out[worker] = {
+            "ratio": round(statistics.median(ratios), 4),
+            "cpu_ratio": round(statistics.median(cpu_ratios), 4),
+            "ratio_quartiles": [round(q, 4) for q in statistics.quantiles(ratios, n=4)],
+            "app_thread_us_per_trace_without": round(base_app, 1),
+            "app_thread_extra_us_per_trace": round(app - base_app, 1),
+            "background_extra_us_per_trace": round(bg - base_bg, 1),
+            "decisions": processor.decisions if processor is not None else {},
+        }
     for variant in variants.values():
         variant.provider.shutdown()
-    return {
-        "ratio": round(median(ratios), 4),
-        "cpu_ratio": round(median(cpu_ratios), 4),
-        "ratio_quartiles": [round(q, 4) for q in statistics.quantiles(ratios, n=4)],
-        "app_thread_us_per_trace_without": round(base_app, 1),
-        "app_thread_extra_us_per_trace": round(app - base_app, 1),
-        "background_extra_us_per_trace": round(bg - base_bg, 1),
-        "decisions": decisions,
-    }
+    return out
 
 
 def on_end_times(n_traces: int) -> list[float]:
@@ -250,38 +254,53 @@ def on_end_times(n_traces: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--traces", type=int, default=300, help="traces per block")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--traces", type=int, default=1000,
+                        help="traces per block (each block ends with a flush, which with worker='process' waits "
+                             "for the scoring process's answers to its last traces: latency, not app CPU, so "
+                             "blocks are long enough to make that wait small)")
     parser.add_argument("--rate", type=float, default=0.1, help="sampling rate of the RAG run")
     parser.add_argument("--app-work", type=int, default=0,
                         help="JSON round trips of a 2 KB payload per trace, to stand for an app's own work "
                              "(0: the bare 5-span workload the targets are set on)")
-    parser.add_argument("--worker", choices=("thread", "process"), default="thread",
-                        help="where scoring runs: a thread of the app's process, or a process of its own")
+    parser.add_argument("--worker", choices=("thread", "process", "both"), default="both",
+                        help="where scoring runs: a thread of the app's process, a scoring process of its own, "
+                             "or both against the same baseline (the top-level figures are then the thread's)")
     args = parser.parse_args()
+    workers = ("thread", "process") if args.worker == "both" else (args.worker,)
 
-    rag = compare(with_app_work(rag_trace, args.app_work), args.rounds, args.traces, args.rate, args.worker)
-    plain = compare(with_app_work(plain_trace, args.app_work), args.rounds, args.traces, args.rate, args.worker)
+    rag = compare(with_app_work(rag_trace, args.app_work), args.rounds, args.traces, args.rate, workers)
+    plain = compare(with_app_work(plain_trace, args.app_work), args.rounds, args.traces, args.rate, workers)
     times = sorted(on_end_times(4000))
     p = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
-    background = float(rag["background_extra_us_per_trace"])  # type: ignore[arg-type]
-    worker_per_sampled = round(background / args.rate, 1) if args.rate > 0 else None  # nothing sampled at rate 0
-    # Under the GIL, ratio ~= app / (app + extra): the app CPU per trace at which this rate costs 10 %.
-    extra_per_trace = float(rag["app_thread_extra_us_per_trace"]) + background  # type: ignore[arg-type]
+
+    def figures(worker: str) -> dict[str, object]:
+        background = float(rag[worker]["background_extra_us_per_trace"])  # type: ignore[arg-type]
+        # Under the GIL, ratio ~= app / (app + extra): the app CPU per trace at which this rate costs 10 %.
+        extra_per_trace = float(rag[worker]["app_thread_extra_us_per_trace"]) + background  # type: ignore[arg-type]
+        return {
+            "ratio_rag_10pct": rag[worker]["ratio"],
+            "ratio_non_rag": plain[worker]["ratio"],
+            # the app's process only: with worker="process" the scoring process's CPU is not counted
+            "worker_cpu_us_per_sampled_trace": round(background / args.rate, 1) if args.rate > 0 else None,
+            "app_cpu_us_per_trace_for_ratio_0_90": round(9 * extra_per_trace, 1),
+            "rag": rag[worker],
+            "non_rag": plain[worker],
+        }
+
+    primary = figures(workers[0])
     print(json.dumps({
-        "ratio_rag_10pct": rag["ratio"],
-        "ratio_non_rag": plain["ratio"],
+        "ratio_rag_10pct": primary["ratio_rag_10pct"],
+        "ratio_non_rag": primary["ratio_non_rag"],
         "on_end_p99_us": round(p(0.99), 2),
         "on_end_p50_us": round(p(0.50), 2),
         "on_end_max_us": round(times[-1], 2),
-        "worker_cpu_us_per_sampled_trace": worker_per_sampled,
-        "app_cpu_us_per_trace_for_ratio_0_90": round(9 * extra_per_trace, 1),
-        "rag": rag,
-        "non_rag": plain,
+        **{k: v for k, v in primary.items() if k not in ("ratio_rag_10pct", "ratio_non_rag")},
+        "worker": workers[0],
+        "by_worker": {worker: figures(worker) for worker in workers},
         "rounds": args.rounds,
         "traces_per_block": args.traces,
         "sampling_rate": args.rate,
-        "worker": args.worker,
         "app_work_json_round_trips": args.app_work,
         "spans_per_trace": 5,
         "load_average_1m": round(os.getloadavg()[0], 2),

@@ -24,7 +24,9 @@ def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
     # Warm-up block + rounds: every trace got its decision; a sampled one is scored by precision and
     # relevance (recall needs a ground truth, which the bench traces do not carry).
     per_variant = (rounds + 1) * traces
-    rag, plain = report["rag"]["decisions"], report["non_rag"]["decisions"]
-    assert set(rag) == {"not_sampled", "scored"} and rag["scored"] % 2 == 0
-    assert rag["not_sampled"] + rag["scored"] // 2 == per_variant
-    assert set(plain) <= {"not_sampled", "not_rag"} and sum(plain.values()) == per_variant
+    assert set(report["by_worker"]) == {"thread", "process"}  # both workers, against the same baseline
+    for worker in report["by_worker"].values():
+        rag, plain = worker["rag"]["decisions"], worker["non_rag"]["decisions"]
+        assert set(rag) == {"not_sampled", "scored"} and rag["scored"] % 2 == 0
+        assert rag["not_sampled"] + rag["scored"] // 2 == per_variant
+        assert set(plain) <= {"not_sampled", "not_rag"} and sum(plain.values()) == per_variant
