@@ -7,7 +7,8 @@ RagScoringSpanProcessor (10 % sampling, a judge that answers at once) in front, 
 
 The machine is shared and its speed drifts by tens of percent within seconds, so the variants run in
 short blocks (`--traces` traces, then force_flush, so the worker's and exporter's backlog is paid inside
-the block), in a shuffled order every round; each round gives one paired ratio per variant against the
+the block: a block's time is the wall time of its traces plus the CPU the flush costs this process), in a
+shuffled order every round; each round gives one paired ratio per variant against the
 same baseline block, and the median over rounds is reported (`ratio_*`). Per-thread CPU time (Linux
 /proc) splits the cost: what the app's own thread spends more per trace, and what the app's background
 threads spend. Under the GIL their CPU is the app's loss, so `worker_cpu_us_per_sampled_trace` is the
@@ -171,13 +172,20 @@ class Variant:
         self.threads = [t for t in threading.enumerate() if t not in before]
 
     def block(self, build: Callable[[Tracer], None], n: int) -> tuple[float, float, float]:
-        """(wall, app-thread CPU, background CPU) in µs per trace for n traces and a force_flush."""
+        """(time, app-thread CPU, background CPU) in µs per trace for n traces and a force_flush.
+
+        The time is the wall time of producing the traces plus the CPU time this process spends in the
+        flush: the flush pays the worker's and the exporter's backlog inside the block, while its idle
+        waits (for a scoring process's last answers, say) cost a running app nothing.
+        """
         background = [thread_cpu(t) for t in self.threads]
         wall, app = time.perf_counter(), time.thread_time()
         for _ in range(n):
             build(self.tracer)
+        wall, flushing = time.perf_counter() - wall, time.process_time()
         self.provider.force_flush(60_000)
-        wall, app = time.perf_counter() - wall, time.thread_time() - app
+        wall += time.process_time() - flushing
+        app = time.thread_time() - app
         spent = sum(thread_cpu(t) - b for t, b in zip(self.threads, background, strict=True))
         return wall / n * 1e6, app / n * 1e6, spent / n * 1e6
 
@@ -256,9 +264,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--traces", type=int, default=1000,
-                        help="traces per block (each block ends with a flush, which with worker='process' waits "
-                             "for the scoring process's answers to its last traces: latency, not app CPU, so "
-                             "blocks are long enough to make that wait small)")
+                        help="traces per block; each ends with a flush, whose CPU counts in the block")
     parser.add_argument("--rate", type=float, default=0.1, help="sampling rate of the RAG run")
     parser.add_argument("--app-work", type=int, default=0,
                         help="JSON round trips of a 2 KB payload per trace, to stand for an app's own work "
