@@ -20,12 +20,14 @@ def test_settings_defaults_and_env() -> None:
         "RAGTRACE_MODE": "link", "RAGTRACE_TARGET": "root", "RAGTRACE_SCORERS": "context_precision, context_recall",
         "RAGTRACE_MAX_QUEUE": "50", "RAGTRACE_SCORE_DEADLINE": "2.5", "RAGTRACE_EVALUATIONS_PER_MINUTE": "30",
         "RAGTRACE_DAILY_TOKEN_BUDGET": "100000", "RAGTRACE_DAILY_USD_BUDGET": "", "OTHER": "x",
+        "RAGTRACE_WORKER": "process",
     })
     assert s.judge == "openai/gpt-4o-mini" and s.judge_api_base == "http://127.0.0.1:9/v1"
     assert s.sample_rate == 0.25 and s.mode == "link" and s.target == "root"
     assert s.scorers == ("context_precision", "context_recall")
     assert s.max_queue == 50 and s.score_deadline == 2.5 and s.evaluations_per_minute == 30
     assert s.daily_token_budget == 100_000 and s.daily_usd_budget is None
+    assert s.worker == "process" and s.processor_options()["worker"] == "process"
     assert RagtraceSettings.from_env({"RAGTRACE_ENABLED": "0"}).enabled is False
 
 
@@ -41,6 +43,7 @@ def test_settings_defaults_and_env() -> None:
         ("RAGTRACE_SCORE_DEADLINE", "-1", "greater than 0"),
         ("RAGTRACE_ENABLED", "maybe", "valid boolean"),
         ("RAGTRACE_DAILY_TOKEN_BUDGET", "1.5", "valid integer"),
+        ("RAGTRACE_WORKER", "fork", "'thread' or 'process'"),
     ],
 )
 def test_bad_env_values_name_the_variable(name: str, value: str, message: str) -> None:
