@@ -212,7 +212,11 @@ class RagScoringSpanProcessor(SpanProcessor):
                 "worker='process' sends the judge, scorers, sampler, redactor and extractor to the scoring "
                 f"process, and they must pickle: {type(exc).__name__}: {exc}"
             ) from exc
-        remote.start()
+        try:
+            remote.start()
+        except BaseException:
+            self._worker.stop()
+            raise
         return remote
 
     def _after_fork_in_child(self) -> None:
@@ -361,7 +365,7 @@ class RagScoringSpanProcessor(SpanProcessor):
             self._release(pending)
         self._report()
 
-    def close_open_traces(self, timeout: float = 5.0) -> None:
+    def _close_open_traces(self, timeout: float = 5.0) -> None:
         """Close every open trace now rather than at its root or `max_trace_wait` (the scoring process
         receives whole traces, so it need not wait for anything)."""
         self._worker.call(lambda: self._tick(everything=True), timeout)
@@ -627,8 +631,11 @@ class RagScoringSpanProcessor(SpanProcessor):
         """The samples still waiting get a timeout evaluation (enrich) or span (link), and are counted."""
         start_ns = time.time_ns()
         for ref in pending.waiting.values():
+            if ref is _REMOTE:  # a trace out at the scoring process: its samples are not known here
+                self._count("timeout")
+                continue
             evaluation = self._timed_out(ref)
-            self._count("timeout", len(ref.names) or 1)  # a trace out at the scoring process counts one
+            self._count("timeout", len(ref.names))
             if self._mode == "link":
                 self._emit_links(pending, ref.target, evaluation, start_ns)
             else:

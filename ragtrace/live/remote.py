@@ -4,13 +4,14 @@ In CPython the scoring thread's Python work holds the app's GIL (see docs/overhe
 `worker="process"` the app's process keeps only what must stay there: it holds the spans of sampled traces,
 ships each closed RAG trace to a child process as plain data, and writes the child's findings onto the
 spans it forwards. Capture, per-scorer sampling, admission, redaction, judging and scoring run in the
-child, under a GIL of its own. The child runs the same pipeline as the thread worker: a thread-mode
-`RagScoringSpanProcessor` whose forwarded spans are turned back into the attributes and events it added.
+child, under a GIL of its own. The child runs the same pipeline as the thread worker
+(`scoring_child.ScoringPipeline`), which answers each trace with the attributes and events to write
+instead of forwarding spans.
 
-The child is `python -m ragtrace.live.scoring_child`, not a multiprocessing child: the spawn method re-imports the
-app's main module, and fork copies a threaded process. It talks length-prefixed pickles over two pipes; its
-settings travel in the first message, so the judge, scorers, sampler, redactor and extractor must pickle
-(ragtrace's own do; yours must be classes or functions the child can import).
+The child is `python -m ragtrace.live.scoring_child`, not a multiprocessing child: the spawn method
+re-imports the app's main module, and fork copies a threaded process. It talks length-prefixed pickles over
+two pipes; its settings travel in the first message, so the judge, scorers, sampler, redactor and
+extractor must pickle (ragtrace's own do; yours must be classes or functions the child can import).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import select
 import struct
 import subprocess
 import sys
+import time
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -156,10 +158,12 @@ def events_of(plain: Sequence[PlainEvent]) -> list[Event]:
 # --- frames --------------------------------------------------------------------------------------------
 
 
+def frame(data: bytes) -> bytes:
+    return _HEADER.pack(len(data)) + data
+
+
 def write_frame(stream: IO[bytes], message: object) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)))
-    stream.write(data)
+    stream.write(frame(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)))
     stream.flush()
 
 
@@ -187,7 +191,7 @@ class _Importable(pickle.Pickler):
         return NotImplemented
 
 
-def _pickled(message: object) -> bytes:
+def _importable_pickle(message: object) -> bytes:
     out = io.BytesIO()
     _Importable(out, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
     return out.getvalue()
@@ -203,9 +207,11 @@ class ScoringProcess:
     `alive` turns False for good when the child exits or a pipe breaks."""
 
     def __init__(self, settings: ChildSettings) -> None:
-        self._settings = _pickled(settings)
+        self._settings = _importable_pickle(settings)
         self._process: subprocess.Popen[bytes] | None = None
-        self._to_child: IO[bytes] | None = None
+        # Plain file descriptors, no file objects: a forked copy of the app closes its copies without
+        # flushing anything into the parent's pipe.
+        self._to_child: int | None = None
         self._from_child: int | None = None
         self._received = bytearray()
         self._stopping = False
@@ -227,25 +233,29 @@ class ScoringProcess:
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
-        self._to_child = os.fdopen(to_child_w, "wb")
-        self._from_child = from_child_r
+        self._to_child, self._from_child = to_child_w, from_child_r
         self.alive = True
         # sys.path first, so that the settings (your judge's class, say) unpickle in the child
-        if not (self._send(list(sys.path)) and self._send(self._settings)):
+        if not (self._send(pickle.dumps(list(sys.path))) and self._send(pickle.dumps(self._settings))):
             raise RuntimeError(f"ragtrace: the scoring process did not start (exit code {self.code})")
 
     def send(self, traces: Sequence[Sequence[ReadableSpan]]) -> bool:
-        """Ship closed traces; False when the child is gone (the caller forwards them unscored)."""
-        return self.alive and self._send(plain_traces(traces))
-
-    def _send(self, message: object) -> bool:
-        stream = self._to_child
-        if stream is None:
+        """Ship closed traces; False when the child is gone (the caller forwards them unscored). Raises
+        when a trace does not pickle, before anything is written."""
+        if not self.alive:
             return False
+        return self._send(pickle.dumps(plain_traces(traces), protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _send(self, data: bytes) -> bool:
+        fd = self._to_child
+        if fd is None:
+            return False
+        view = memoryview(frame(data))
         try:
-            write_frame(stream, message)
+            while view:
+                view = view[os.write(fd, view) :]
             return True
-        except (OSError, ValueError):  # the child exited (broken pipe) or the pipe was closed
+        except OSError:  # the child exited (broken pipe)
             self._lost()
             return False
 
@@ -292,27 +302,34 @@ class ScoringProcess:
         return self._process.poll() if self._process is not None else None
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Close the pipe (the child finishes what it holds and exits); kill it after `timeout`."""
+        """Close the pipe (the child finishes what it holds and exits); kill it after `timeout`. Answers
+        that still arrive are read and dropped, so that the child never blocks writing them."""
         self._stopping = True
         self.alive = False
-        stream, self._to_child = self._to_child, None
-        if stream is not None:
-            with contextlib.suppress(OSError):
-                stream.close()
-        process = self._process
-        if process is not None:
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout)
+        to_child, self._to_child = self._to_child, None
+        if to_child is not None:
+            os.close(to_child)
+        process, from_child = self._process, self._from_child
+        deadline = time.monotonic() + timeout
+        while process is not None and process.poll() is None and time.monotonic() < deadline:
+            if from_child is not None:
+                try:
+                    if select.select([from_child], [], [], 0.05)[0] and not os.read(from_child, 1 << 20):
+                        from_child = None  # the child closed its end
+                except OSError:
+                    from_child = None
+            else:
+                time.sleep(0.05)
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout)
         fd, self._from_child = self._from_child, None
         if fd is not None:
             os.close(fd)
 
     def abandon(self) -> None:
         """In a forked copy of the app: let go of the parent's child without writing to it or stopping it."""
-        for fd in (self._from_child, self._to_child.fileno() if self._to_child is not None else None):
+        for fd in (self._from_child, self._to_child):
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)

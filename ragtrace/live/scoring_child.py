@@ -194,7 +194,7 @@ def serve(inbound: IO[bytes], outbound: IO[bytes]) -> None:
             for plain in traces:
                 for span in [span_of(p, made) for p in plain]:
                     pipeline.on_end(span)
-            pipeline.close_open_traces()
+            pipeline._close_open_traces()
     finally:
         pipeline.shutdown()  # waits for what is being scored (up to its score_deadline) and answers it
         stopping.set()
