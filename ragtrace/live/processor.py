@@ -53,6 +53,9 @@ WorkerKind = Literal["thread", "process"]
 # worker="process": the app's process gives the scoring process this long beyond `score_deadline` (after
 # which the child answers with a timeout itself) before it forwards a trace unscored.
 REMOTE_GRACE_S = 2.0
+# A scoring process that exits is started again after 1 s, then after twice as long each time it fails
+# again, up to this (a judge that cannot be imported should not cost a process start every tick).
+REMOTE_RESTART_MAX_S = 60.0
 # A pending trace of worker="process" waits for one answer, for the whole trace: its samples are not known
 # in the app's process.
 _REMOTE = SampleRef(target=0, names=(), retriever="")
@@ -176,6 +179,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._concurrency, self._max_queue, self._tick_interval = concurrency, max_queue, tick_interval
         self._remote: ScoringProcess | None = None
         self._outbox: list[PendingTrace] = []  # closed traces for the scoring process (worker thread only)
+        self._remote_restart_at, self._remote_backoff = 0.0, 1.0
         self._worker = self._start_worker()
         if worker == "process":
             self._remote = self._start_remote(max_held_spans, max_open_traces)
@@ -349,6 +353,8 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     def _tick(self, *, everything: bool = False) -> None:
         """Close traces whose root ended (or that waited too long), release expired ones, report."""
+        if self._remote is not None:
+            self._remote_tick()
         for trace in self._store.take_closing(self._max_trace_wait, everything=everything):
             try:
                 self._close(trace)
@@ -356,11 +362,8 @@ class RagScoringSpanProcessor(SpanProcessor):
                 logger.exception("ragtrace: closing a trace failed; spans forwarded unscored")
                 self._count("error")
                 self._pass_through(trace)
-        if self._remote is not None:
-            for answers in self._remote.receive():
-                self._remote_answers(answers)
-            if self._outbox:
-                self._ship()
+        if self._outbox:
+            self._ship()
         for pending in self._store.pop_expired(time.monotonic()):
             self._release(pending)
         self._report()
@@ -496,6 +499,29 @@ class RagScoringSpanProcessor(SpanProcessor):
                 self._count("error")
                 self._forward_with_writes(recorded[1].spans, {})
 
+    def _remote_tick(self) -> None:
+        """Take the scoring process's answers. If it is gone, forward what it had unscored (counted as
+        errors) and start a new one, backing off while starts keep failing."""
+        remote = self._remote
+        assert remote is not None
+        for answers in remote.receive():
+            self._remote_answers(answers)
+        if remote.alive:
+            return
+        for pending in self._store.pop_expired(time.monotonic(), everything=True):
+            self._count("error")
+            self._forward_with_writes(pending.spans, {})
+        now = time.monotonic()
+        if self._shutdown or now < self._remote_restart_at:
+            return
+        self._remote_restart_at = now + self._remote_backoff
+        self._remote_backoff = min(self._remote_backoff * 2, REMOTE_RESTART_MAX_S)
+        try:
+            remote.restart()
+            logger.warning("ragtrace: started a new scoring process")
+        except Exception:
+            logger.exception("ragtrace: starting a new scoring process failed")
+
     def _remote_drain(self, deadline: float) -> None:
         """Flush (worker thread): take the scoring process's answers until nothing waits or `deadline`."""
         assert self._remote is not None
@@ -505,6 +531,7 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     def _remote_answers(self, answers: Answers) -> None:
         """The scoring process answered (worker thread): replay metrics; count, write and forward traces."""
+        self._remote_backoff = 1.0  # it works: a later loss restarts it soon again
         if self._metrics is not None:
             for name, args in answers.metric_calls:
                 try:

@@ -294,8 +294,19 @@ class ScoringProcess:
 
     def _lost(self) -> None:
         if self.alive and not self._stopping:
-            logger.error("ragtrace: the scoring process exited (code %s); traces are forwarded unscored", self.code)
+            if self._process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._process.wait(0.5)  # for its exit code
+            logger.error("ragtrace: the scoring process exited (code %s); its traces are forwarded unscored",
+                         self.code)
         self.alive = False
+
+    def restart(self) -> None:
+        """Let the old child go (killed if it still runs) and start a new one with the same settings."""
+        self.stop(timeout=1.0)
+        self._received = bytearray()
+        self._stopping = False
+        self.start()
 
     @property
     def code(self) -> int | None:

@@ -208,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     inbound, outbound = os.fdopen(int(args[0]), "rb"), os.fdopen(int(args[1]), "wb")
     try:
         serve(inbound, outbound)
+    except Exception:
+        logging.getLogger("ragtrace.live.scoring_child").exception("the scoring process stopped")
+        raise SystemExit(1) from None
     finally:
         for stream in (inbound, outbound):
             with contextlib.suppress(OSError):  # the app's process may be gone already

@@ -7,8 +7,10 @@ import pickle
 import random
 import re
 import signal
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -154,23 +156,29 @@ def test_judge_failures_and_hangs_in_the_scoring_process(rig: Callable[..., Rig]
     assert r.proc.decisions == {"scored": 2, "error": 4, "timeout": 2}
 
 
-def test_a_lost_scoring_process_costs_scores_not_spans(rig: Callable[..., Rig]) -> None:
-    r = rig(worker="process", score_deadline=0.5)
+def test_a_lost_scoring_process_costs_its_scores_and_is_started_again(rig: Callable[..., Rig]) -> None:
+    r = rig(worker="process")
     before = rag_trace(r.tracer)
     r.settle(len(before))
     slow = rag_trace(r.tracer, query="hang: q")  # out at the scoring process when it dies
     time.sleep(0.1)
-    assert r.proc._remote is not None and r.proc._remote._process is not None
-    os.kill(r.proc._remote._process.pid, signal.SIGKILL)
+    remote = r.proc._remote
+    assert remote is not None and remote._process is not None
+    old_pid = remote._process.pid
+    os.kill(old_pid, signal.SIGKILL)
+    end = time.monotonic() + 10
+    while not (remote.alive and remote._process is not None and remote._process.pid != old_pid):
+        assert time.monotonic() < end, "no new scoring process"
+        time.sleep(0.01)
     after = rag_trace(r.tracer)
     r.settle(len(before) + len(slow) + len(after), timeout=10)
     r.assert_exactly_once(before + slow + after)
-    assert (next(s for s in r.out.spans if s.name == "retrieve").attributes or {})["ragtrace.eval.status"] == "scored"
-    for span in r.out.spans:
-        if span.context is not None and span.context.span_id in slow + after:
-            assert not any(k.startswith("ragtrace.") for k in (span.attributes or {}))
-    decisions = r.proc.decisions
-    assert decisions["scored"] == 2 and decisions.get("timeout", 0) + decisions.get("error", 0) == 2
+    scored = {
+        s.context.span_id for s in r.out.spans
+        if s.context is not None and (s.attributes or {}).get("ragtrace.eval.status") == "scored"
+    }
+    assert scored == {before[1], after[1]}  # the retrieval spans before and after; not the one it had
+    assert r.proc.decisions == {"scored": 4, "error": 1}
     assert r.proc.queue_depth == 0
 
 
@@ -226,3 +234,25 @@ def test_a_trace_that_cannot_be_sent_is_forwarded_and_the_rest_scored(rig: Calla
         "ragtrace.eval.status"
     ] == "scored"
     assert r.proc.decisions == {"scored": 2, "error": 1}
+
+
+def test_a_judge_the_scoring_process_cannot_import(
+    rig: Callable[..., Rig], caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Importable here, not there (a module made at run time): the scoring process stops and says why; the
+    app's process logs it and forwards every span unscored."""
+    module = types.ModuleType("made_at_run_time")
+    judge_class = type("ElsewhereJudge", (ScriptedJudge,), {"__module__": module.__name__})
+    module.ElsewhereJudge = judge_class  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    try:
+        r = rig(judge_class(), worker="process")
+        ids = rag_trace(r.tracer)
+        r.settle(len(ids), timeout=10)
+        r.assert_exactly_once(ids)
+        assert not any(k.startswith("ragtrace.") for s in r.out.spans for k in (s.attributes or {}))
+        assert r.proc.decisions in ({"timeout": 1}, {"error": 1})
+        assert "the scoring process exited (code 1)" in caplog.text
+        assert "ragtrace scoring process: ERROR" in capfd.readouterr().err
+    finally:
+        del sys.modules[module.__name__]
