@@ -225,6 +225,8 @@ class ScoringProcess:
                 [sys.executable, "-m", "ragtrace.live.scoring_child", str(to_child_r), str(from_child_w)],
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL,
+                # the app's own path, so that `-m` finds the same ragtrace (sys.path itself follows)
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
             )
         except BaseException:
             for fd in (to_child_w, from_child_r):
