@@ -11,7 +11,7 @@ from collections.abc import Sequence
 def _run_demo(args: argparse.Namespace) -> int:
     from ragtrace.demo.run import run_demo
 
-    return run_demo(requests=args.requests, judge=args.judge, sample_rate=args.sample_rate)
+    return run_demo(requests=args.requests, judge=args.judge, sample_rate=args.sample_rate, worker=args.worker)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--requests", "-n", type=int, default=18, help="number of requests to send (default 18)")
     demo.add_argument("--judge", default="local", help="'local' (default) or a litellm model string")
     demo.add_argument("--sample-rate", type=float, default=1.0, help="share of traces scored (default 1.0)")
+    demo.add_argument("--worker", choices=("thread", "process"), default="thread",
+                      help="score in a thread of the app (default) or in a scoring process of its own")
     demo.set_defaults(func=_run_demo)
 
     add_eval_parser(commands)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Literal
 
 import pytest
 
@@ -10,11 +11,14 @@ from ragtrace.demo.run import run_demo
 from tests.servers.otlp import OtlpReceiver
 
 
-def test_demo_scores_live_traces_and_exports_them(otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_demo_scores_live_traces_and_exports_them(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, worker: Literal["thread", "process"]
+) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.grpc_endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     out = io.StringIO()
-    assert run_demo(requests=3, out=out) == 0
+    assert run_demo(requests=3, out=out, worker=worker) == 0
     text = out.getvalue()
     assert "3 traces scored" in text, text
     rows = [line for line in text.splitlines()[1:] if "  " in line and not line.startswith(("3 traces", "spans"))]

@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Literal, TextIO
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -68,7 +68,13 @@ def _otlp_processor() -> BatchSpanProcessor | None:
     return BatchSpanProcessor(otlp_span_exporter())
 
 
-def run_demo(requests: int = 18, judge: str = "local", sample_rate: float = 1.0, out: TextIO = sys.stdout) -> int:
+def run_demo(
+    requests: int = 18,
+    judge: str = "local",
+    sample_rate: float = 1.0,
+    out: TextIO = sys.stdout,
+    worker: Literal["thread", "process"] = "thread",
+) -> int:
     from ragtrace.live import install
 
     provider = TracerProvider(resource=Resource.create({"service.name": "ragtrace-demo"}))
@@ -77,7 +83,7 @@ def run_demo(requests: int = 18, judge: str = "local", sample_rate: float = 1.0,
         provider.add_span_processor(otlp)
     table = ScoreTable(out)
     provider.add_span_processor(SimpleSpanProcessor(table))
-    install(provider, judge=judge, sample_rate=sample_rate)
+    install(provider, judge=judge, sample_rate=sample_rate, worker=worker)
 
     app = DemoApp(provider.get_tracer("ragtrace.demo"))
     questions = load_questions()
