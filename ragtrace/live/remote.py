@@ -197,6 +197,14 @@ def _importable_pickle(message: object) -> bytes:
     return out.getvalue()
 
 
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether `fd` has data (or end of file) within `timeout` seconds. poll(), not select(): an app with
+    many open files gives the pipe a descriptor above select()'s limit of 1024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
+
+
 # --- the app's side ------------------------------------------------------------------------------------
 
 
@@ -270,17 +278,24 @@ class ScoringProcess:
         wait = max(timeout, 0.0)
         while True:
             try:
-                ready, _, _ = select.select([fd], [], [], wait)
+                ready = _readable(fd, wait)
                 chunk = os.read(fd, 1 << 20) if ready else b""
-            except OSError:
-                chunk, ready = b"", [fd]
+            except (OSError, ValueError):
+                chunk, ready = b"", True
             if not ready:
                 return answers
             if not chunk:  # end of file: the child exited
                 self._lost()
                 return answers
             self._received += chunk
-            answers.extend(self._complete_frames())
+            try:
+                answers.extend(self._complete_frames())
+            except Exception:  # a garbled stream: this child cannot be trusted any more
+                logger.exception("ragtrace: an answer of the scoring process could not be read")
+                if self._process is not None:
+                    self._process.kill()
+                self._lost()
+                return answers
             wait = 0.0  # then take whatever else is there already, without waiting
 
     def _complete_frames(self) -> list[Answers]:
@@ -327,7 +342,7 @@ class ScoringProcess:
         while process is not None and process.poll() is None and time.monotonic() < deadline:
             if from_child is not None:
                 try:
-                    if select.select([from_child], [], [], 0.05)[0] and not os.read(from_child, 1 << 20):
+                    if _readable(from_child, 0.05) and not os.read(from_child, 1 << 20):
                         from_child = None  # the child closed its end
                 except OSError:
                     from_child = None

@@ -24,7 +24,7 @@ from ragtrace.capture import CaptureStats, extract_samples, span_role
 from ragtrace.judges.llm import LLMJudge
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
-from ragtrace.live.remote import plain_traces, span_of
+from ragtrace.live.remote import ChildSettings, ScoringProcess, frame, plain_traces, span_of
 from ragtrace.live.sampling import Sampler, SamplingRule
 from tests.capture.test_fuzz import span_specs
 from tests.live.fakes import CountingProcessor, Rig, ScriptedJudge, open_rag_trace, plain_trace, rag_trace
@@ -256,3 +256,43 @@ def test_a_judge_the_scoring_process_cannot_import(
         assert "ragtrace scoring process: ERROR" in capfd.readouterr().err
     finally:
         del sys.modules[module.__name__]
+
+
+def test_the_pipes_work_above_select_limit_of_1024_descriptors(rig: Callable[..., Rig]) -> None:
+    """A busy server has many files open: the scoring process's pipes then get descriptors above 1024."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the descriptor limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        r = rig(worker="process")
+        assert r.proc._remote is not None and r.proc._remote._from_child is not None
+        assert r.proc._remote._from_child > 1024
+        ids = rag_trace(r.tracer)
+        r.settle(len(ids))
+        r.assert_exactly_once(ids)
+        assert r.proc.decisions == {"scored": 2}
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_garbled_answer_stream_is_a_lost_scoring_process(caplog: pytest.LogCaptureFixture) -> None:
+    settings = ChildSettings(
+        judge=ScriptedJudge(), scorers=(), sampler=Sampler(), target="retrieval", score_deadline=1.0,
+        max_queue=1, max_held_spans=1, max_open_traces=1, concurrency=1, redactor=None, extractor=None,
+        reason_max_chars=10, record_metrics=False,
+    )
+    remote = ScoringProcess(settings)
+    read, write = os.pipe()
+    remote._from_child, remote.alive = read, True
+    os.write(write, frame(b"not a pickle"))
+    assert remote.receive(1.0) == []
+    assert not remote.alive
+    assert "could not be read" in caplog.text
+    os.close(write)
+    os.close(read)
