@@ -14,6 +14,17 @@ from opentelemetry.trace import Tracer, set_span_in_context
 from tests.live.fakes import Rig, ScriptedJudge, documents, output_messages, rag_trace
 
 
+@pytest.fixture(params=["thread", "process"])
+def rig(rig: Callable[..., Rig], request: pytest.FixtureRequest) -> Callable[..., Rig]:
+    """Every hostile case with both workers: in a thread, and in a scoring process of its own."""
+
+    def make(judge: ScriptedJudge | None = None, **options: object) -> Rig:
+        options.setdefault("worker", request.param)
+        return rig(judge, **options)
+
+    return make
+
+
 def retrieval_trace(tracer: Tracer, **attrs: object) -> list[int]:
     """A root, one retrieval span carrying `attrs` as given, one chat span."""
     root = tracer.start_span("request")
