@@ -56,7 +56,7 @@ class _Evidence:
     confidence: float
 
 
-class _EmbeddingCache(PerProcessState):
+class _EmbeddingCache:
     """A bounded LRU of text -> vector. Popular documents are retrieved again and again in live traffic."""
 
     def __init__(self, size: int) -> None:

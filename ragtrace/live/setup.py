@@ -130,7 +130,6 @@ class RagtraceSettings(BaseModel):
             "reason_max_chars": self.reason_max_chars,
         }
 
-
     def build_metrics(self, meter_provider: MeterProvider | None = None) -> RagtraceMetrics:
         """The processor's metrics; with `drift` on, they also feed a scheduled DriftMonitor."""
         if not self.drift:
