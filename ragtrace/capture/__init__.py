@@ -1,6 +1,6 @@
 """Capture: span conventions in, RagSamples out. Reads ReadableSpans; no I/O."""
 
-from ragtrace.capture.pairing import extract_samples
+from ragtrace.capture.pairing import extract_samples, opens_capture
 from ragtrace.capture.readers import span_role
 from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor
 from ragtrace.capture.values import DEFAULT_LIMITS, CaptureLimits
@@ -12,5 +12,6 @@ __all__ = [
     "CapturedSample",
     "Extractor",
     "extract_samples",
+    "opens_capture",
     "span_role",
 ]

@@ -358,6 +358,15 @@ def _custom(
     return samples
 
 
+def opens_capture(span: ReadableSpan, role: str | None) -> bool:
+    """Whether the built-in readers need this span of a trace none of whose retrievals has ended yet
+    (`role` is its `span_role`): a retrieval does, and so does a span with the ground truth. Nothing
+    else that ends before a trace's first retrieval is read: a generation pairs with a retrieval only if
+    it starts after the retrieval ended, and ancestors and the root (the query's last fallback) end
+    after their descendants. The live processor holds a sampled trace's spans from such a span on."""
+    return role == "retrieval" or GROUND_TRUTH in attrs_of(span)
+
+
 def extract_samples(
     spans: Sequence[ReadableSpan],
     *,

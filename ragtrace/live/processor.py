@@ -26,13 +26,14 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext
 from opentelemetry.util.types import AttributeValue
 
-from ragtrace.capture import CapturedSample, CaptureStats, Extractor, extract_samples, span_role
+from ragtrace.capture import CapturedSample, CaptureStats, Extractor, extract_samples, opens_capture, span_role
 from ragtrace.judges.base import Judge
 from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
+from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, TRACE_ID
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.remote import Answers, ChildSettings, ScoringProcess, events_of
-from ragtrace.live.sampling import Sampler
+from ragtrace.live.sampling import TRACE_ID_MASK, Sampler
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef, SpanStore
 from ragtrace.live.worker import ScoreJob, ScoringWorker
 from ragtrace.scoring import (
@@ -82,6 +83,23 @@ def _does_nothing(method: object) -> bool:
 def _is_local_root(span: ReadableSpan) -> bool:
     parent = span.parent
     return parent is None or parent.is_remote
+
+
+class AppCount:
+    """A count the app thread keeps without a lock: `next(count)` on an itertools.count is atomic under
+    the GIL. `take` (one caller at a time) returns what was counted since it last ran; the offset
+    covers the counts taken and the next() calls of `take` itself."""
+
+    __slots__ = ("_offset", "count")
+
+    def __init__(self) -> None:
+        self.count = itertools.count()
+        self._offset = 0
+
+    def take(self) -> int:
+        new = next(self.count) - self._offset
+        self._offset += new + 1
+        return new
 
 
 class RagScoringSpanProcessor(SpanProcessor):
@@ -156,6 +174,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         )
         self._by_name = {s.name: s for s in self._scorers}
         self._sampler = sampler if sampler is not None else Sampler()
+        self._sample_bound = self._sampler.trace_id_bound  # on_end's pre-filter, read once
         self._mode = mode
         self._target = target
         self._max_trace_wait = max_trace_wait
@@ -169,11 +188,8 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._counts: Counter[str] = Counter()
         self._capture_counts: Counter[str] = Counter()
         self._reported: Counter[str] = Counter()  # decisions and capture counts the metrics have seen
-        # Unsampled roots, the one count the app thread keeps: itertools.count's next() is atomic under
-        # the GIL and costs no lock. `_unsampled_offset` is what next() has returned that is not a root
-        # still to be moved into `_counts` (roots moved already, and the moving calls themselves).
-        self._unsampled_roots = itertools.count()
-        self._unsampled_offset = 0
+        # Roots the app thread counts (unsampled traces; sampled ones that ended with nothing held)
+        self._unsampled_roots, self._rag_free_roots = AppCount(), AppCount()
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
         self._concurrency, self._max_queue, self._tick_interval = concurrency, max_queue, tick_interval
@@ -284,17 +300,21 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """O(1) and exception-safe: forward, or hold for scoring (a dict insert under a lock)."""
-        # The unsampled path (most spans, most of the time) runs on every span of the app: it calls
-        # as few Python functions as it can, since each costs the app more than the work inside it.
+        # The unsampled path (most spans, most of the time) runs on every span of the app: it calls as
+        # few Python functions as it can (no property, no method of the sampler), since each costs the
+        # app more than the work inside it.
         try:
-            ctx = span.context
-            if ctx is not None and self._sampler.might_sample(ctx.trace_id):
-                if self._hold(span, ctx.trace_id):
-                    return
+            if type(span) is SDK_SPAN:
+                ctx, parent = span._context, span._parent
             else:
-                parent = span.parent
-                if parent is None or parent.is_remote:  # a local root: one unsampled trace
-                    next(self._unsampled_roots)
+                ctx, parent = span.context, span.parent
+            if ctx is not None:
+                trace_id = ctx[TRACE_ID]
+                if type(trace_id) is int and (trace_id & TRACE_ID_MASK) < self._sample_bound:
+                    if self._hold(span, trace_id, parent is None or parent[IS_REMOTE]):
+                        return
+                elif parent is None or parent[IS_REMOTE]:  # a local root: one unsampled trace
+                    next(self._unsampled_roots.count)
         except Exception:
             logger.exception("ragtrace: on_end failed; span forwarded unscored")
         try:
@@ -302,17 +322,32 @@ class RagScoringSpanProcessor(SpanProcessor):
         except Exception:
             logger.exception("ragtrace: wrapped on_end failed")
 
-    def _hold(self, span: ReadableSpan, trace_id: int) -> bool:
-        """True when the store keeps the span for the worker to forward; False: the caller forwards it."""
+    def _hold(self, span: ReadableSpan, trace_id: int, is_root: bool) -> bool:
+        """True when the store keeps the span for the worker to forward; False: the caller forwards it.
+
+        A sampled trace is held from the first span the readers need on (`_opens`): the spans that end
+        before it carry no score and inform none, so they go straight to the exporter, and a trace with
+        no RAG span is never held at all."""
         if self._shutdown:
             return False
-        result = self._store.add(span, trace_id, _is_local_root(span), span_role(span) == "retrieval")
+        role = span_role(span)
+        opens = self._opens(span, role)
+        if not (opens or is_root or self._store.is_open(trace_id)):
+            return False
+        result = self._store.add(span, trace_id, is_root, role == "retrieval", opens)
         if result == "held":
             # link mode exports at once: the store keeps a reference to read, never to forward
             return self._mode == "enrich"
-        if result == "overflow":
+        if result == "passed":
+            if is_root:  # a sampled trace that ended with nothing to read
+                next(self._rag_free_roots.count)
+        elif result == "overflow":
             self._count("queue_full")
         return False
+
+    def _opens(self, span: ReadableSpan, role: str | None) -> bool:
+        """Does this span start holding its trace? With an extractor, any span may be what it reads."""
+        return self._extractor is not None or opens_capture(span, role)
 
     def _forward(self, span: ReadableSpan) -> None:
         try:
@@ -329,11 +364,10 @@ class RagScoringSpanProcessor(SpanProcessor):
             self._counts[decision] += n
 
     def _move_unsampled_roots(self) -> None:
-        """Add the app thread's lock-free count of unsampled roots to `_counts` (under `_counts_lock`)."""
-        new = next(self._unsampled_roots) - self._unsampled_offset
-        self._unsampled_offset += new + 1
-        if new:
-            self._counts["not_sampled"] += new
+        """Add the app thread's lock-free counts of roots to `_counts` (under `_counts_lock`)."""
+        for decision, count in (("not_sampled", self._unsampled_roots), ("not_rag", self._rag_free_roots)):
+            if new := count.take():
+                self._counts[decision] += new
 
     def _report(self) -> None:
         """Push decision counts to metrics (batched so the app thread never touches the meter)."""

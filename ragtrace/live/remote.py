@@ -39,6 +39,7 @@ from opentelemetry.util.types import AttributeValue
 from ragtrace.capture import Extractor
 from ragtrace.capture.values import attrs_of
 from ragtrace.judges.base import Judge
+from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, SPAN_ID, TRACE_FLAGS, TRACE_ID
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import Scorer
@@ -106,17 +107,22 @@ def plain_traces(traces: Sequence[Sequence[ReadableSpan]]) -> tuple[list[dict[st
     for spans in traces:
         plain: list[PlainSpan] = []
         for span in spans:
-            ctx, parent, resource = span.context, span.parent, span.resource
+            if type(span) is SDK_SPAN:  # its fields: a property is a Python call (see fields.py)
+                ctx, parent, resource, events = span._context, span._parent, span._resource, span._events
+                name, kind, start, end = span._name, span._kind, span._start_time, span._end_time
+            else:
+                ctx, parent, resource, events = span.context, span.parent, span.resource, span.events
+                name, kind, start, end = span.name, span.kind, span.start_time, span.end_time
             assert ctx is not None  # the store holds spans with a context only
             at = index.get(id(resource))
             if at is None:
                 at = index[id(resource)] = len(resources)
                 resources.append(dict(resource.attributes) if resource is not None else {})
             plain.append((
-                span.name, ctx.trace_id, ctx.span_id, int(ctx.trace_flags),
-                parent.span_id if parent is not None else None, bool(parent is not None and parent.is_remote),
-                span.kind.value, span.start_time, span.end_time, _plain_dict(attrs_of(span)),
-                plain_events(events) if (events := span.events) else [],
+                name, ctx[TRACE_ID], ctx[SPAN_ID], int(ctx[TRACE_FLAGS]),
+                parent[SPAN_ID] if parent is not None else None, bool(parent is not None and parent[IS_REMOTE]),
+                kind._value_, start, end, _plain_dict(attrs_of(span)),
+                plain_events(events) if events else [],
                 at,
             ))
         out.append(plain)

@@ -33,7 +33,7 @@ _logger = logging.getLogger(__name__)
 Admission = Literal["ok", "throttled", "over_budget"]
 AttributeValue = str | int | float | bool
 
-_TRACE_ID_MASK = TraceIdRatioBased.TRACE_ID_LIMIT
+TRACE_ID_MASK = TraceIdRatioBased.TRACE_ID_LIMIT
 
 
 def _check_rate(rate: float, what: str) -> float:
@@ -49,7 +49,7 @@ def _bound(rate: float) -> int:
 
 def trace_sampled(trace_id: int, rate: float) -> bool:
     """The decision OTel's TraceIdRatioBased(rate) makes for this trace id: same everywhere, nested by rate."""
-    return (trace_id & _TRACE_ID_MASK) < _bound(_check_rate(rate, "rate"))
+    return (trace_id & TRACE_ID_MASK) < _bound(_check_rate(rate, "rate"))
 
 
 def _attribute_equal(actual: object, expected: AttributeValue) -> bool:
@@ -163,10 +163,15 @@ class Sampler:
 
     # -- sampling (pure in the trace id) ------------------------------------------------------------
 
+    @property
+    def trace_id_bound(self) -> int:
+        """A trace may be sampled only if `trace_id & TRACE_ID_MASK` is below this (`might_sample`)."""
+        return self._max_bound
+
     def might_sample(self, trace_id: int) -> bool:
         """Could any rule or rate sample this trace? O(1), for the app thread on every span."""
         try:
-            return (trace_id & _TRACE_ID_MASK) < self._max_bound
+            return (trace_id & TRACE_ID_MASK) < self._max_bound
         except TypeError:
             return False
 
@@ -185,7 +190,7 @@ class Sampler:
                 if rule.matches(span):
                     bound = rule_bound
                     break
-            position = trace_id & _TRACE_ID_MASK
+            position = trace_id & TRACE_ID_MASK
             return tuple(name for name in scorer_names if position < min(bound, self._scorer_bounds.get(name, bound)))
         except Exception:
             _logger.warning("sampling decision failed; trace not sampled", exc_info=True)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import IO
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.processor import RagScoringSpanProcessor, decision_of
@@ -85,6 +85,10 @@ class ScoringPipeline(RagScoringSpanProcessor):
         self._closed_counts: dict[int, tuple[Counter[str], Counter[str]]] = {}
         self._closing: int | None = None  # the trace being closed (worker thread)
         self._released_while_closing: list[TraceAnswer] = []
+
+    def _opens(self, span: ReadableSpan, role: str | None) -> bool:
+        """The app's process sends only what it held: all of it is read here."""
+        return True
 
     def _close(self, trace: OpenTrace) -> None:
         """Close as usual, keeping what closing counted for this trace's answer."""

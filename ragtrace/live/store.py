@@ -19,7 +19,7 @@ from opentelemetry.trace import TraceFlags
 
 from ragtrace.live.enrich import Evaluation
 
-AddResult = Literal["held", "late", "overflow"]
+AddResult = Literal["held", "late", "overflow", "passed"]
 
 
 @dataclass(slots=True)
@@ -74,13 +74,20 @@ class SpanStore:
 
     # --- app thread -------------------------------------------------------------------------------
 
-    def add(self, span: ReadableSpan, trace_id: int, is_root: bool, is_retrieval: bool = False) -> AddResult:
-        """Hold a span, or say why not: `late` (its trace is closed) or `overflow` (limits reached)."""
+    def add(
+        self, span: ReadableSpan, trace_id: int, is_root: bool, is_retrieval: bool = False, opens: bool = True
+    ) -> AddResult:
+        """Hold a span, or say why not: `late` (its trace is closed), `overflow` (limits reached) or
+        `passed` (nothing of its trace is held and the span does not open it: a root closes it then)."""
         with self.lock:
             if self.closed or trace_id in self._done:
                 return "late"
             trace = self._open.get(trace_id)
             if trace is None:
+                if not opens:
+                    if is_root:  # the trace ended with nothing held: its late spans pass straight through
+                        self._mark_done(trace_id)
+                    return "passed"
                 if self.held >= self.max_held_spans or len(self._open) >= self.max_open_traces:
                     self._mark_done(trace_id)
                     return "overflow"
@@ -97,6 +104,10 @@ class SpanStore:
             if is_root:
                 self._closing.append(trace_id)
             return "held"
+
+    def is_open(self, trace_id: int) -> bool:
+        """Whether spans of the trace are held (a lock-free peek; `add` decides under the lock)."""
+        return trace_id in self._open
 
     def _mark_done(self, trace_id: int) -> None:
         # Remember 4x as many closed ids as open traces (~100 bytes each): a late span of a trace closed

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, set_span_in_context
 
+from ragtrace.capture import CapturedSample
 from ragtrace.live.processor import RagScoringSpanProcessor, _does_nothing
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision
@@ -20,7 +21,9 @@ from tests.live.fakes import (
     CountingProcessor,
     Rig,
     ScriptedJudge,
+    documents,
     open_rag_trace,
+    output_messages,
     plain_trace,
     provider_with,
     rag_trace,
@@ -323,11 +326,6 @@ class Exploding(SpanProcessor):
         raise RuntimeError("boom")
 
 
-class BrokenSampler(Sampler):
-    def might_sample(self, trace_id: int) -> bool:
-        raise RuntimeError("boom")
-
-
 def test_nothing_raises_into_the_host() -> None:
     proc = RagScoringSpanProcessor(Exploding(), judge=ScriptedJudge(), sampler=Sampler(rate=1.0))
     provider = provider_with(proc)
@@ -335,7 +333,12 @@ def test_nothing_raises_into_the_host() -> None:
     assert provider.force_flush(500) is False
     provider.shutdown()
     out = CountingProcessor()
-    proc2 = RagScoringSpanProcessor(out, judge=ScriptedJudge(), sampler=BrokenSampler(rate=1.0))
+    proc2 = RagScoringSpanProcessor(out, judge=ScriptedJudge(), sampler=Sampler(rate=1.0))
+
+    def broken_add(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    proc2._store.add = broken_add  # type: ignore[method-assign,assignment]  # the app thread's path fails
     provider2 = provider_with(proc2)
     ids = rag_trace(provider2.get_tracer("t"))
     assert sorted(out.ids()) == sorted(ids)  # forwarded unscored
@@ -430,3 +433,85 @@ def test_a_forked_child_scores_with_its_own_worker(rig: Callable[..., Rig], work
     os.waitpid(pid, 0)
     r.proc.force_flush(500)
     assert r.exported_once(parent_ids[1:])
+
+
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_a_sampled_trace_is_held_from_its_first_retrieval_on(rig: Callable[..., Rig], worker: str) -> None:
+    """What ends before a trace's first retrieval (auth, a query-rewriting LLM call) carries no score and
+    is read by no built-in reader: it is forwarded at once, and the rest waits for the scores."""
+    r = rig(worker=worker)
+    root = r.tracer.start_span("rag request")
+    ctx = set_span_in_context(root)
+    with r.tracer.start_as_current_span("auth", context=ctx):
+        pass
+    with r.tracer.start_as_current_span("rewrite", context=ctx) as rewrite:
+        rewrite.set_attribute("gen_ai.operation.name", "chat")
+        rewrite.set_attribute("gen_ai.output.messages", output_messages("fast: what is good, rewritten"))
+    assert sorted(s.name for s in r.out.spans) == ["auth", "rewrite"]  # on the app thread, at once
+    assert r.proc.held_spans == 0 and r.proc.open_traces == 0
+    with r.tracer.start_as_current_span("retrieve", context=ctx) as s:
+        s.set_attribute("gen_ai.operation.name", "retrieval")
+        s.set_attribute("gen_ai.retrieval.query.text", "fast: what is good?")
+        s.set_attribute("gen_ai.retrieval.documents", documents(["good doc", "bad doc"]))
+    with r.tracer.start_as_current_span("chat", context=ctx) as g:
+        g.set_attribute("gen_ai.operation.name", "chat")
+        g.set_attribute("gen_ai.output.messages", output_messages("a good answer"))
+    root.end()
+    assert wait_until(lambda: len(r.out.spans) == 5)
+    assert (retrieval(r.out).attributes or {})["ragtrace.eval.status"] == "scored"
+    assert r.proc.decisions == {"scored": 2} and r.proc.held_spans == 0
+    names = [s.name for s in r.out.spans]
+    assert sorted(names) == ["auth", "chat", "rag request", "retrieve", "rewrite"]  # each exactly once
+
+
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_a_sampled_trace_with_no_rag_span_is_never_held(rig: Callable[..., Rig], worker: str) -> None:
+    r = rig(worker=worker)
+    ids = plain_trace(r.tracer) + plain_trace(r.tracer)
+    assert len(r.out.spans) == len(ids)  # synchronously, as if unsampled
+    assert r.exported_once(ids)
+    assert r.proc.held_spans == 0 and r.proc.open_traces == 0
+    assert r.proc.decisions == {"not_rag": 2}
+
+
+def test_a_late_retrieval_of_a_trace_that_ended_with_nothing_held_passes_through(rig: Callable[..., Rig]) -> None:
+    r = rig()
+    root = r.tracer.start_span("request")
+    late = r.tracer.start_span("retrieve", context=set_span_in_context(root))
+    late.set_attribute("gen_ai.operation.name", "retrieval")
+    late.set_attribute("gen_ai.retrieval.documents", documents(["good doc"]))
+    root.end()
+    late.end()  # after its root: the trace was closed then
+    assert [s.name for s in r.out.spans] == ["request", "retrieve"]
+    assert r.proc.held_spans == 0 and r.proc.decisions == {"not_rag": 1}
+
+
+def test_ground_truth_that_ends_before_the_retrieval_is_held_and_read(rig: Callable[..., Rig]) -> None:
+    r = rig()
+    root = r.tracer.start_span("golden")
+    ctx = set_span_in_context(root)
+    with r.tracer.start_as_current_span("load case", context=ctx) as case:
+        case.set_attribute("ragtrace.ground_truth", "the good answer")
+    assert r.proc.held_spans == 1  # the trace is held from here
+    with r.tracer.start_as_current_span("retrieve", context=ctx) as s:
+        s.set_attribute("gen_ai.operation.name", "retrieval")
+        s.set_attribute("gen_ai.retrieval.query.text", "fast: q")
+        s.set_attribute("gen_ai.retrieval.documents", documents(["good"]))
+    root.end()
+    assert wait_until(lambda: len(r.out.spans) == 3)
+    assert (retrieval(r.out).attributes or {})["ragtrace.context_recall.score"] == 1.0
+
+
+def test_an_extractor_sees_every_span_of_a_sampled_trace(rig: Callable[..., Rig]) -> None:
+    seen: list[list[str]] = []
+
+    def names_only(spans: Sequence[ReadableSpan]) -> list[CapturedSample]:
+        seen.append(sorted(s.name for s in spans))
+        return []  # the built-in readers take over
+
+    r = rig(extractor=names_only)
+    ids = rag_trace(r.tracer, plain=0)  # root, retrieve, chat
+    with r.tracer.start_as_current_span("warm-up") as warm:  # a trace of its own, with no RAG span
+        ids.append(warm.get_span_context().span_id)
+    assert wait_until(lambda: len(r.out.spans) == len(ids))
+    assert sorted(seen) == [["chat", "rag request", "retrieve"], ["warm-up"]]
