@@ -28,6 +28,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import argparse
 import asyncio
+import gc
 import importlib
 import json
 import random
@@ -137,16 +138,13 @@ def plain_trace(tracer: Tracer) -> None:
                 s.set_attribute("db.system", "postgresql")
 
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
 def thread_cpu(thread: threading.Thread) -> float:
-    """CPU seconds of another thread (Linux); 0.0 where /proc is not there."""
+    """CPU seconds of another thread, from its own CPU clock (nanosecond resolution); 0.0 where the
+    platform has none."""
     try:
-        with open(f"/proc/self/task/{thread.native_id}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS
-    except (OSError, IndexError, ValueError):
+        assert thread.ident is not None
+        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    except (AttributeError, AssertionError, OSError):
         return 0.0
 
 
@@ -155,7 +153,7 @@ class Variant:
 
     def __init__(self, with_ragtrace: bool, rate: float = 0.1, worker: str = "thread") -> None:
         before = set(threading.enumerate())
-        exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+        self.exporting = exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
         self.provider = TracerProvider()
         self.processor: RagScoringSpanProcessor | None = None
         if with_ragtrace:
@@ -171,23 +169,42 @@ class Variant:
         self.tracer = self.provider.get_tracer("bench")
         self.threads = [t for t in threading.enumerate() if t not in before]
 
-    def block(self, build: Callable[[Tracer], None], n: int) -> tuple[float, float, float]:
-        """(time, app-thread CPU, background CPU) in µs per trace for n traces and a force_flush.
+    def background_cpu(self) -> float:
+        return sum(thread_cpu(t) for t in self.threads)
 
-        The time is the wall time of producing the traces plus the CPU time this process spends in the
-        flush: the flush pays the worker's and the exporter's backlog inside the block, while its idle
-        waits (for a scoring process's last answers, say) cost a running app nothing.
+    def block(self, build: Callable[[Tracer], None], n: int) -> tuple[float, float, float]:
+        """(time, app-thread CPU, background CPU) in µs per trace for n traces, their scoring and export.
+
+        The time is the wall time of producing the traces plus the CPU the process then spends until
+        ragtrace holds no span and the exporter has exported everything: the backlog is paid inside the
+        block, while idle waits (for the worker's next tick, or a scoring process's answers) cost a
+        running app nothing. The wait is a poll whose own CPU is left out, not `force_flush`: a running
+        app does not flush after every thousand requests, and a flush has fixed costs of its own.
         """
         background = [thread_cpu(t) for t in self.threads]
         wall, app = time.perf_counter(), time.thread_time()
         for _ in range(n):
             build(self.tracer)
-        wall, flushing = time.perf_counter() - wall, time.process_time()
-        self.provider.force_flush(60_000)
-        wall += time.process_time() - flushing
-        app = time.thread_time() - app
+        wall, app = time.perf_counter() - wall, time.thread_time() - app
+        wall += self.settle()
         spent = sum(thread_cpu(t) - b for t, b in zip(self.threads, background, strict=True))
         return wall / n * 1e6, app / n * 1e6, spent / n * 1e6
+
+    def settle(self, timeout: float = 60.0) -> float:
+        """Wait until ragtrace holds no span (every trace scored and forwarded), then export the rest.
+        Returns the CPU seconds the process spent on it, less this thread's polling."""
+        busy, polling = time.process_time(), time.thread_time()
+        self.wait_scored(timeout)
+        spent = (time.process_time() - busy) - (time.thread_time() - polling)
+        exporting = time.process_time()
+        self.exporting.force_flush(60_000)
+        return spent + time.process_time() - exporting
+
+    def wait_scored(self, timeout: float = 60.0) -> None:
+        if self.processor is not None:
+            deadline = time.monotonic() + timeout
+            while self.processor.held_spans and time.monotonic() < deadline:
+                time.sleep(0.005)
 
 
 _PAYLOAD = {"items": [{"id": i, "name": f"item {i}", "tags": ["a", "b", "c"], "price": i * 1.5} for i in range(40)]}
@@ -206,10 +223,11 @@ def with_app_work(build: Callable[[Tracer], None], rounds: int) -> Callable[[Tra
     return traced
 
 
-def compare(
+def wall_blocks(
     build: Callable[[Tracer], None], rounds: int, n: int, rate: float, workers: Sequence[str]
 ) -> dict[str, dict[str, object]]:
-    """Paired rounds of the same workload without ragtrace and with each worker, shuffled every round."""
+    """The direct measure: wall time of blocks of n traces (plus the CPU that settles them), without
+    ragtrace and with each worker, shuffled every round; one paired ratio per round and worker."""
     variants = {"without": Variant(False), **{worker: Variant(True, rate, worker) for worker in workers}}
     for variant in variants.values():  # warm up
         variant.block(build, n)
@@ -219,21 +237,99 @@ def compare(
         random.shuffle(order)
         for name in order:
             got[name].append(variants[name].block(build, n))
-    # CPU per trace over all rounds (/proc counts whole clock ticks, too coarse for one block).
-    base_app, base_bg = (statistics.fmean(x[i] for x in got["without"]) for i in (1, 2))
     out: dict[str, dict[str, object]] = {}
     for worker in workers:
         ratios = [a[0] / b[0] for a, b in zip(got["without"], got[worker], strict=True)]
-        cpu_ratios = [(a[1] + a[2]) / (b[1] + b[2]) for a, b in zip(got["without"], got[worker], strict=True)]
-        app, bg = (statistics.fmean(x[i] for x in got[worker]) for i in (1, 2))
-        processor = variants[worker].processor
-        out[worker] = {
+        out[worker] = {"ratio": round(statistics.median(ratios), 4), "ratio_quartiles": quartiles(ratios)}
+    for variant in variants.values():
+        variant.provider.shutdown()
+    return out
+
+
+def quartiles(values: Sequence[float]) -> list[float]:
+    return [round(q, 4) for q in statistics.quantiles(values, n=4)] if len(values) > 1 else [round(values[0], 4)] * 3
+
+
+def interleaved(
+    build: Callable[[Tracer], None], rounds: int, n: int, segments: int, rate: float, workers: Sequence[str]
+) -> dict[str, dict[str, object]]:
+    """The precise measure: CPU per trace, with the variants interleaved every n traces.
+
+    Under the GIL an app thread that never waits does one trace per (its own CPU + the CPU its
+    process's other threads take from it) per trace, so the ratio of those sums is the throughput
+    ratio. Each variant's app-thread CPU is timed around its own traces only; its background threads
+    (exporter, ragtrace's worker) are read from their own CPU clocks, which see nothing of the other
+    variants. Interleaving every n traces (a few ms) puts every variant on the same machine speed,
+    which drifts by tens of percent within seconds here. The rounds are cut into `segments`, each
+    closed by settling every variant, for one paired ratio per segment.
+
+    Two corrections keep the variants' costs their own. Garbage collection is off during the rounds
+    (a collection is triggered by any variant's allocations and would land on whichever runs) and runs
+    between segments. A worker's timer costs CPU per second, not per trace (ragtrace's 20 ticks a
+    second), and while interleaved each variant gets a fraction of the seconds: that idle rate is
+    measured first, and each variant is charged it for the time its own traces and work took, not for
+    the whole segment. `twin` is a second variant without ragtrace: its ratio shows the estimator's own
+    error (it should be 1.00).
+    """
+    variants = {"without": Variant(False), "twin": Variant(False)}
+    variants.update({worker: Variant(True, rate, worker) for worker in workers})
+    names = list(variants)
+    for variant in variants.values():  # warm up
+        variant.block(build, n)
+        variant.wait_scored()
+    background = {name: variants[name].background_cpu() for name in names}
+    time.sleep(1.0)
+    idle_rate = {name: max(variants[name].background_cpu() - background[name], 0.0) for name in names}
+    gc.collect()
+    gc.disable()  # collections are triggered by any variant's allocations, and would land on whichever runs
+    per_trace: dict[str, list[tuple[float, float]]] = {name: [] for name in names}  # (app, background) µs
+    per_segment = max(rounds // segments, 1)
+    try:
+        for _ in range(segments):
+            background = {name: variants[name].background_cpu() for name in names}
+            app = dict.fromkeys(names, 0.0)
+            segment_started = time.perf_counter()
+            for _ in range(per_segment):
+                random.shuffle(names)
+                for name in names:
+                    tracer = variants[name].tracer
+                    started = time.thread_time()
+                    for _ in range(n):
+                        build(tracer)
+                    app[name] += time.thread_time() - started
+            for name in names:
+                variant = variants[name]
+                variant.wait_scored()  # its threads' CPU is on their clocks
+                flushing = time.thread_time()
+                variant.exporting.force_flush(60_000)  # what is left to export, on this thread
+                app[name] += time.thread_time() - flushing
+            elapsed = time.perf_counter() - segment_started
+            for name in names:
+                spent = variants[name].background_cpu() - background[name]
+                # the idle rate, for the seconds this variant's work would have taken on its own
+                spent -= idle_rate[name] * max(elapsed - app[name] - spent, 0.0)
+                traces = per_segment * n
+                per_trace[name].append((app[name] / traces * 1e6, spent / traces * 1e6))
+            gc.collect()  # between segments, on nobody's clock
+    finally:
+        gc.enable()
+    total = {name: [a + b for a, b in got] for name, got in per_trace.items()}
+    base_app, base_bg = (statistics.fmean(x[i] for x in per_trace["without"]) for i in (0, 1))
+    out: dict[str, dict[str, object]] = {}
+    for name in names:
+        if name == "without":
+            continue
+        ratios = [a / b for a, b in zip(total["without"], total[name], strict=True)]
+        app_us, bg_us = (statistics.fmean(x[i] for x in per_trace[name]) for i in (0, 1))
+        processor = variants[name].processor
+        out[name] = {
             "ratio": round(statistics.median(ratios), 4),
-            "cpu_ratio": round(statistics.median(cpu_ratios), 4),
-            "ratio_quartiles": [round(q, 4) for q in statistics.quantiles(ratios, n=4)],
+            "ratio_quartiles": quartiles(ratios),
             "app_thread_us_per_trace_without": round(base_app, 1),
-            "app_thread_extra_us_per_trace": round(app - base_app, 1),
-            "background_extra_us_per_trace": round(bg - base_bg, 1),
+            "background_us_per_trace_without": round(base_bg, 1),
+            "app_thread_extra_us_per_trace": round(app_us - base_app, 1),
+            "background_extra_us_per_trace": round(bg_us - base_bg, 1),
+            "idle_background_us_per_s": round(idle_rate[name] * 1e6),
             "decisions": processor.decisions if processor is not None else {},
         }
     for variant in variants.values():
@@ -262,9 +358,11 @@ def on_end_times(n_traces: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--traces", type=int, default=1000,
-                        help="traces per block; each ends with a flush, whose CPU counts in the block")
+    parser.add_argument("--rounds", type=int, default=600, help="interleaved rounds of --traces traces per variant")
+    parser.add_argument("--traces", type=int, default=20, help="traces per variant and round (interleaved measure)")
+    parser.add_argument("--segments", type=int, default=12, help="settle points, one paired ratio each")
+    parser.add_argument("--wall-rounds", type=int, default=20, help="rounds of the wall-time blocks (0: skip)")
+    parser.add_argument("--wall-traces", type=int, default=1000, help="traces per wall-time block")
     parser.add_argument("--rate", type=float, default=0.1, help="sampling rate of the RAG run")
     parser.add_argument("--app-work", type=int, default=0,
                         help="JSON round trips of a 2 KB payload per trace, to stand for an app's own work "
@@ -275,23 +373,32 @@ def main() -> None:
     args = parser.parse_args()
     workers = ("thread", "process") if args.worker == "both" else (args.worker,)
 
-    rag = compare(with_app_work(rag_trace, args.app_work), args.rounds, args.traces, args.rate, workers)
-    plain = compare(with_app_work(plain_trace, args.app_work), args.rounds, args.traces, args.rate, workers)
+    workloads = {"rag": with_app_work(rag_trace, args.app_work), "non_rag": with_app_work(plain_trace, args.app_work)}
+    cpu = {
+        name: interleaved(build, args.rounds, args.traces, args.segments, args.rate, workers)
+        for name, build in workloads.items()
+    }
+    wall = {
+        name: wall_blocks(build, args.wall_rounds, args.wall_traces, args.rate, workers) if args.wall_rounds else {}
+        for name, build in workloads.items()
+    }
     times = sorted(on_end_times(4000))
     p = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
 
     def figures(worker: str) -> dict[str, object]:
-        background = float(rag[worker]["background_extra_us_per_trace"])  # type: ignore[arg-type]
+        rag = cpu["rag"][worker]
+        background = float(rag["background_extra_us_per_trace"])  # type: ignore[arg-type]
         # Under the GIL, ratio ~= app / (app + extra): the app CPU per trace at which this rate costs 10 %.
-        extra_per_trace = float(rag[worker]["app_thread_extra_us_per_trace"]) + background  # type: ignore[arg-type]
+        extra_per_trace = float(rag["app_thread_extra_us_per_trace"]) + background  # type: ignore[arg-type]
         return {
-            "ratio_rag_10pct": rag[worker]["ratio"],
-            "ratio_non_rag": plain[worker]["ratio"],
+            "ratio_rag_10pct": rag["ratio"],
+            "ratio_non_rag": cpu["non_rag"][worker]["ratio"],
             # the app's process only: with worker="process" the scoring process's CPU is not counted
             "worker_cpu_us_per_sampled_trace": round(background / args.rate, 1) if args.rate > 0 else None,
             "app_cpu_us_per_trace_for_ratio_0_90": round(9 * extra_per_trace, 1),
-            "rag": rag[worker],
-            "non_rag": plain[worker],
+            "rag": rag,
+            "non_rag": cpu["non_rag"][worker],
+            "wall_blocks": {name: got.get(worker) for name, got in wall.items()},
         }
 
     primary = figures(workers[0])
@@ -304,8 +411,12 @@ def main() -> None:
         **{k: v for k, v in primary.items() if k not in ("ratio_rag_10pct", "ratio_non_rag")},
         "worker": workers[0],
         "by_worker": {worker: figures(worker) for worker in workers},
+        "twin": {name: got["twin"] for name, got in cpu.items()},  # the estimator's own error: should be 1.00
         "rounds": args.rounds,
-        "traces_per_block": args.traces,
+        "traces_per_round": args.traces,
+        "segments": args.segments,
+        "wall_rounds": args.wall_rounds,
+        "wall_traces_per_block": args.wall_traces,
         "sampling_rate": args.rate,
         "app_work_json_round_trips": args.app_work,
         "spans_per_trace": 5,

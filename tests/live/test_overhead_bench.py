@@ -13,7 +13,8 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "overhead.py"
 def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
     rounds, traces = 2, 30
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--rounds", str(rounds), "--traces", str(traces), "--rate", "0.5"],
+        [sys.executable, str(BENCH), "--rounds", str(rounds), "--traces", str(traces), "--segments", "2",
+         "--wall-rounds", "2", "--wall-traces", "30", "--rate", "0.5"],
         capture_output=True, text=True, timeout=300, check=True,
     )
     report = json.loads(done.stdout)
@@ -21,11 +22,14 @@ def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
                 "app_cpu_us_per_trace_for_ratio_0_90"):
         assert isinstance(report[key], float | int), key
     assert report["ratio_rag_10pct"] > 0 and report["ratio_non_rag"] > 0
-    # Warm-up block + rounds: every trace got its decision; a sampled one is scored by precision and
+    assert report["twin"]["rag"]["ratio"] > 0 and report["twin"]["non_rag"]["ratio"] > 0  # the estimator's check
+    # Warm-up block + rounds of the interleaved measure (the wall-time blocks have variants of their
+    # own): every trace got its decision; a sampled one is scored by precision and
     # relevance (recall needs a ground truth, which the bench traces do not carry).
     per_variant = (rounds + 1) * traces
     assert set(report["by_worker"]) == {"thread", "process"}  # both workers, against the same baseline
     for worker in report["by_worker"].values():
+        assert worker["wall_blocks"]["rag"]["ratio"] > 0 and worker["wall_blocks"]["non_rag"]["ratio"] > 0
         rag, plain = worker["rag"]["decisions"], worker["non_rag"]["decisions"]
         assert set(rag) == {"not_sampled", "scored"} and rag["scored"] % 2 == 0
         assert rag["not_sampled"] + rag["scored"] // 2 == per_variant
