@@ -22,11 +22,11 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ragtrace.capture import readers
+from ragtrace.capture import openllmetry, readers
 from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor
 from ragtrace.capture.values import (
     DEFAULT_LIMITS,
@@ -358,13 +358,24 @@ def _custom(
     return samples
 
 
-def opens_capture(span: ReadableSpan, role: str | None) -> bool:
-    """Whether the built-in readers need this span of a trace none of whose retrievals has ended yet
-    (`role` is its `span_role`): a retrieval does, and so does a span with the ground truth. Nothing
-    else that ends before a trace's first retrieval is read: a generation pairs with a retrieval only if
-    it starts after the retrieval ended, and ancestors and the root (the query's last fallback) end
-    after their descendants. The live processor holds a sampled trace's spans from such a span on."""
-    return role == "retrieval" or GROUND_TRUTH in attrs_of(span)
+CaptureStart = Literal["retrieval", "ground_truth"]
+_STARTING_KEYS = readers.RETRIEVAL_MARKERS | {GROUND_TRUTH}
+
+
+def capture_start(span: ReadableSpan) -> CaptureStart | None:
+    """Why the built-in readers need this span of a trace none of whose retrievals has ended yet: it is
+    a retrieval, or it carries the ground truth; None when they do not. Nothing else that ends before a
+    trace's first retrieval is read: a generation pairs with a retrieval only if it starts after the
+    retrieval ended, and ancestors and the root (the query's last fallback) end after their
+    descendants. The live processor holds a sampled trace's spans from such a span on, and calls this
+    on each of them, so most spans are turned away by a set operation."""
+    attrs = attrs_of(span)
+    present = _STARTING_KEYS.intersection(attrs)
+    if not present or (present <= readers.DB_SYSTEMS and openllmetry.db_system(attrs) is None):
+        return None  # nothing RAG, or a database span of a database that is not a vector store
+    if readers.span_role(span) == "retrieval":
+        return "retrieval"
+    return "ground_truth" if GROUND_TRUTH in attrs else None
 
 
 def extract_samples(

@@ -26,11 +26,13 @@ Convention = Literal["genai", "openinference", "openllmetry"]
 # OpenLLMetry LLM spans without gen_ai.operation.name say what they are here.
 LLM_REQUEST_TYPE = "llm.request.type"
 LLM_REQUEST_TYPES = frozenset({"chat", "completion"})
-_DB_SYSTEMS = frozenset({openllmetry.DB_SYSTEM, openllmetry.DB_SYSTEM_NAME})
+DB_SYSTEMS = frozenset({openllmetry.DB_SYSTEM, openllmetry.DB_SYSTEM_NAME})
 _OUTPUTS = frozenset({"gen_ai.completion.0.content", genai.OUTPUT_MESSAGES})
 _MARKERS = frozenset(
-    {genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND, LLM_REQUEST_TYPE} | _DB_SYSTEMS | _OUTPUTS
+    {genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND, LLM_REQUEST_TYPE} | DB_SYSTEMS | _OUTPUTS
 )
+# A span without any of these keys is no retrieval, whatever the convention.
+RETRIEVAL_MARKERS = frozenset({genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND} | DB_SYSTEMS)
 
 
 def _text(value: object) -> str:
@@ -69,7 +71,7 @@ def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
         and openllmetry.is_retriever_task(span, attrs)
     ):
         return "retrieval", "openllmetry", "task"
-    if present & _DB_SYSTEMS and openllmetry.db_system(attrs) is not None and openllmetry.is_vector_query(span, attrs):
+    if present & DB_SYSTEMS and openllmetry.db_system(attrs) is not None and openllmetry.is_vector_query(span, attrs):
         return "retrieval", "openllmetry", "vector_db"
     if LLM_REQUEST_TYPE in present and _text(attrs[LLM_REQUEST_TYPE]) in LLM_REQUEST_TYPES:
         return "generation", "openllmetry", "genai"

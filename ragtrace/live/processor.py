@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext
 from opentelemetry.util.types import AttributeValue
 
-from ragtrace.capture import CapturedSample, CaptureStats, Extractor, extract_samples, opens_capture, span_role
+from ragtrace.capture import CapturedSample, CaptureStats, Extractor, capture_start, extract_samples
 from ragtrace.judges.base import Judge
 from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
 from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, TRACE_ID
@@ -325,16 +325,15 @@ class RagScoringSpanProcessor(SpanProcessor):
     def _hold(self, span: ReadableSpan, trace_id: int, is_root: bool) -> bool:
         """True when the store keeps the span for the worker to forward; False: the caller forwards it.
 
-        A sampled trace is held from the first span the readers need on (`_opens`): the spans that end
-        before it carry no score and inform none, so they go straight to the exporter, and a trace with
-        no RAG span is never held at all."""
+        A sampled trace is held from the first span the readers need on (`_capture_start`): the spans
+        that end before it carry no score and inform none, so they go straight to the exporter, and a
+        trace with no RAG span is never held at all."""
         if self._shutdown:
             return False
-        role = span_role(span)
-        opens = self._opens(span, role)
-        if not (opens or is_root or self._store.is_open(trace_id)):
+        start = self._capture_start(span)
+        if start is None and not is_root and not self._store.is_open(trace_id):
             return False
-        result = self._store.add(span, trace_id, is_root, role == "retrieval", opens)
+        result = self._store.add(span, trace_id, is_root, start == "retrieval", start is not None)
         if result == "held":
             # link mode exports at once: the store keeps a reference to read, never to forward
             return self._mode == "enrich"
@@ -345,9 +344,10 @@ class RagScoringSpanProcessor(SpanProcessor):
             self._count("queue_full")
         return False
 
-    def _opens(self, span: ReadableSpan, role: str | None) -> bool:
-        """Does this span start holding its trace? With an extractor, any span may be what it reads."""
-        return self._extractor is not None or opens_capture(span, role)
+    def _capture_start(self, span: ReadableSpan) -> str | None:
+        """Does this span start holding its trace (and why)? With an extractor, any span may be read."""
+        start = capture_start(span)
+        return start if start is not None or self._extractor is None else "extractor"
 
     def _forward(self, span: ReadableSpan) -> None:
         try:
@@ -417,7 +417,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         if trace.overflowed:  # counted as queue_full when it overflowed
             self._pass_through(trace)
             return
-        if not trace.has_retrieval and self._extractor is None:  # span_role saw no retrieval: skip capture
+        if not trace.has_retrieval and self._extractor is None:  # held for its ground truth only: nothing to read
             self._count("not_rag")
             self._pass_through(trace)
             return

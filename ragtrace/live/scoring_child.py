@@ -86,9 +86,9 @@ class ScoringPipeline(RagScoringSpanProcessor):
         self._closing: int | None = None  # the trace being closed (worker thread)
         self._released_while_closing: list[TraceAnswer] = []
 
-    def _opens(self, span: ReadableSpan, role: str | None) -> bool:
+    def _capture_start(self, span: ReadableSpan) -> str | None:
         """The app's process sends only what it held: all of it is read here."""
-        return True
+        return super()._capture_start(span) or "held_by_the_app"
 
     def _close(self, trace: OpenTrace) -> None:
         """Close as usual, keeping what closing counted for this trace's answer."""
