@@ -21,6 +21,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind
 from opentelemetry.util.types import AttributeValue
 
+from ragtrace.capture.values import attrs_of
+from ragtrace.live.fields import SDK_SPAN
 from ragtrace.scoring import JudgeUsage, ScoreResult
 
 EvalStatus = Literal["scored", "partial", "skipped", "error", "timeout"]
@@ -125,7 +127,7 @@ def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events:
     The added attributes are not subject to the span's attribute limit (the scores are the point), and
     the original dropped counts are carried over so exporters still report them.
     """
-    merged: Mapping[str, AttributeValue] = {**(span.attributes or {}), **attributes}
+    merged: Mapping[str, AttributeValue] = {**attrs_of(span), **attributes}
     all_events: Sequence[Event] = (*span.events, *events)
     links: Sequence[Link] = span.links
     # Bounded containers only where they carry a dropped count the exporter must still report.
@@ -143,6 +145,11 @@ def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events:
         bounded_links.extend(links)
         bounded_links.dropped = span.dropped_links
         links = bounded_links
+    if type(span) is SDK_SPAN:  # a copy of its fields: the constructor reads a dozen properties
+        copy = object.__new__(SDK_SPAN)
+        copy.__dict__.update(vars(span))
+        copy._attributes, copy._events, copy._links = merged, all_events, links
+        return copy
     return ReadableSpan(
         name=span.name,
         context=span.context,

@@ -29,7 +29,7 @@ from opentelemetry.util.types import AttributeValue
 from ragtrace.capture import CapturedSample, CaptureStats, Extractor, capture_start, extract_samples
 from ragtrace.judges.base import Judge
 from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
-from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, TRACE_ID
+from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, SPAN_ID, TRACE_ID
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.remote import Answers, ChildSettings, ScoringProcess, events_of
@@ -356,8 +356,12 @@ class RagScoringSpanProcessor(SpanProcessor):
             logger.exception("ragtrace: wrapped on_end failed")
 
     def _forward_all(self, spans: Iterable[ReadableSpan]) -> None:
+        forward = self._exporting.on_end
         for span in spans:
-            self._forward(span)
+            try:
+                forward(span)
+            except Exception:
+                logger.exception("ragtrace: wrapped on_end failed")
 
     def _count(self, decision: str, n: int = 1) -> None:
         with self._counts_lock:
@@ -725,14 +729,21 @@ class RagScoringSpanProcessor(SpanProcessor):
         self, spans: Iterable[ReadableSpan], writes: dict[int, tuple[dict[str, AttributeValue], list[Event]]]
     ) -> None:
         """Forward each span once, with the attributes and events written for it (if any)."""
-        for span in spans:
-            found = writes.get(span.context.span_id) if writes and span.context is not None else None
-            if found is not None:
-                try:
-                    span = enrich(span, *found)
-                except Exception:
-                    logger.exception("ragtrace: enriching a span failed; forwarded unscored")
-            self._forward(span)
+        if writes:
+            spans = [self._written(span, writes) for span in spans]
+        self._forward_all(spans)
+
+    @staticmethod
+    def _written(span: ReadableSpan, writes: dict[int, tuple[dict[str, AttributeValue], list[Event]]]) -> ReadableSpan:
+        ctx = span._context if type(span) is SDK_SPAN else span.context
+        found = writes.get(ctx[SPAN_ID]) if ctx is not None else None
+        if found is None:
+            return span
+        try:
+            return enrich(span, *found)
+        except Exception:
+            logger.exception("ragtrace: enriching a span failed; forwarded unscored")
+            return span
 
     # --- flush and shutdown -----------------------------------------------------------------------
 
