@@ -389,8 +389,9 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     # --- the worker thread ------------------------------------------------------------------------
 
-    def _tick(self, *, everything: bool = False) -> None:
-        """Close traces whose root ended (or that waited too long), release expired ones, report."""
+    def _tick(self, *, everything: bool = False) -> bool:
+        """Close traces whose root ended (or that waited too long), release expired ones, report.
+        True while anything is held or a lost scoring process is to be started again."""
         if self._remote is not None:
             self._remote_tick()
         for trace in self._store.take_closing(self._max_trace_wait, everything=everything):
@@ -405,6 +406,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         for pending in self._store.pop_expired(time.monotonic()):
             self._release(pending)
         self._report()
+        return self._store.held > 0 or (self._remote is not None and not self._remote.alive)
 
     def _close_open_traces(self, timeout: float = 5.0) -> None:
         """Close every open trace now rather than at its root or `max_trace_wait` (the scoring process

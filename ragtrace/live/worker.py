@@ -26,6 +26,10 @@ from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult
 
 logger = logging.getLogger(__name__)
 
+# An idle worker (its tick found nothing held and no job runs) ticks half as often each time, down to
+# once a second: each wake-up of the thread costs the app's process CPU, holding or not.
+IDLE_TICK_MAX_S = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class ScoreJob:
@@ -56,7 +60,7 @@ class ScoringWorker:
         *,
         concurrency: int = 8,
         max_queue: int = 1000,
-        on_tick: Callable[[], None] | None = None,
+        on_tick: Callable[[], bool] | None = None,
         tick_interval: float = 0.05,
     ) -> None:
         self._judge = judge
@@ -66,6 +70,7 @@ class ScoringWorker:
         self.max_queue = max_queue
         self._on_tick = on_tick
         self._tick_interval = tick_interval
+        self._next_tick = tick_interval
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -122,13 +127,19 @@ class ScoringWorker:
             logger.exception("ragtrace: handling a score failed")
 
     def _tick(self) -> None:
+        """Run `on_tick` (which says whether anything is still in progress) and schedule the next."""
+        busy = True
         if self._on_tick is not None:
             try:
-                self._on_tick()
+                busy = self._on_tick()
             except Exception:
                 logger.exception("ragtrace: worker tick failed")
+        if busy or self._tasks:
+            self._next_tick = self._tick_interval
+        else:
+            self._next_tick = min(self._next_tick * 2, max(IDLE_TICK_MAX_S, self._tick_interval))
         if self._loop is not None and not self._stopped:
-            self._loop.call_later(self._tick_interval, self._tick)
+            self._loop.call_later(self._next_tick, self._tick)
 
     def _main(self) -> None:
         ctx = otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
@@ -153,7 +164,7 @@ class ScoringWorker:
 
     # --- called from any thread -------------------------------------------------------------------
 
-    def call(self, fn: Callable[[], None], timeout: float) -> bool:
+    def call(self, fn: Callable[[], object], timeout: float) -> bool:
         """Run `fn` on the loop thread and wait for it; False if it did not finish in time."""
         if self.on_loop:
             fn()

@@ -515,3 +515,25 @@ def test_an_extractor_sees_every_span_of_a_sampled_trace(rig: Callable[..., Rig]
         ids.append(warm.get_span_context().span_id)
     assert wait_until(lambda: len(r.out.spans) == len(ids))
     assert sorted(seen) == [["chat", "rag request", "retrieve"], ["warm-up"]]
+
+
+def test_an_idle_worker_ticks_ever_less_often_and_still_scores_the_next_trace(rig: Callable[..., Rig]) -> None:
+    """Each tick wakes a thread of the app's process: with nothing held, the interval doubles up to 1 s."""
+    r = rig()  # tick_interval=0.01: 150 ticks in 1.5 s if it never backed off
+    ticks: list[float] = []
+    tick = r.proc._tick
+
+    def counted() -> bool:
+        ticks.append(time.monotonic())
+        return tick()
+
+    r.proc._worker._on_tick = counted
+    time.sleep(1.5)
+    assert 3 <= len(ticks) <= 12
+    ids = rag_trace(r.tracer)
+    assert wait_until(lambda: len(r.out.spans) == len(ids), timeout=3.0)  # the next tick is at most 1 s away
+    assert r.proc.decisions == {"scored": 2}
+    busy_from = len(ticks)
+    rag_trace(r.tracer, end_root=False)  # held: the worker ticks at its own pace again
+    time.sleep(0.3)
+    assert len(ticks) - busy_from >= 10
