@@ -5,15 +5,23 @@ a real TracerProvider into a BatchSpanProcessor with a null exporter. The ragtra
 RagScoringSpanProcessor (10 % sampling, a judge that answers at once) in front, scoring in a worker thread
 (`worker="thread"`, the default) or in a scoring process of its own (`worker="process"`).
 
-The machine is shared and its speed drifts by tens of percent within seconds, so the variants run in
-short blocks (`--traces` traces, then force_flush, so the worker's and exporter's backlog is paid inside
-the block: a block's time is the wall time of its traces plus the CPU the flush costs this process), in a
-shuffled order every round; each round gives one paired ratio per variant against the
-same baseline block, and the median over rounds is reported (`ratio_*`). Per-thread CPU time (Linux
-/proc) splits the cost: what the app's own thread spends more per trace, and what the app's background
-threads spend. Under the GIL their CPU is the app's loss, so `worker_cpu_us_per_sampled_trace` is the
-figure that decides the ratio at a given sampling rate (with worker="process", the scoring process's own
-CPU runs on another core and is not in it). `on_end_p99_us` times the processor's own `on_end`.
+The machine is shared: its speed drifts by tens of percent within seconds, so two measures are taken.
+
+- The figures (`ratio_*`) are CPU per trace with the variants interleaved every `--traces` traces (a few
+  ms), so that all run at the same machine speed: each variant's app-thread CPU around its own traces,
+  plus its background threads' CPU (exporter, ragtrace's worker) from their own clocks. Under the GIL an
+  app thread that never waits does one trace per that sum, so the ratio of the sums is the throughput
+  ratio. Garbage collection is off during the rounds and runs between segments (a collection lands on
+  whichever variant runs, whoever allocated), and a worker's timer cost, which is per second rather than
+  per trace, is charged for the variant's own seconds only (see `interleaved`). The median over
+  `--segments` paired segment ratios is reported, with quartiles. `twin`, a second variant without
+  ragtrace, measures the estimator's own error: its ratio should be 1.00.
+- `wall_blocks`: the direct measure, wall time of blocks of `--wall-traces` traces in a shuffled order
+  (GC on), each settled until ragtrace holds nothing and the exporter is flushed, that settling's CPU
+  counted in the block. It needs no model of the GIL, and is several times noisier.
+
+With worker="process" the scoring process's own CPU runs on another core and is in neither measure.
+`on_end_p99_us` times the processor's own `on_end`, warm, outside any app.
 
     python bench/overhead.py                    # prints JSON: both workers; top-level figures: the thread's
     python bench/overhead.py --worker process   # the scoring process only
@@ -36,6 +44,7 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -206,6 +215,22 @@ class Variant:
             while self.processor.held_spans and time.monotonic() < deadline:
                 time.sleep(0.005)
 
+    def hold_a_trace(self) -> Callable[[], None]:
+        """Leave a sampled RAG trace open, so that the worker ticks at its busy pace (an idle worker
+        ticks ever less often); returns what ends it."""
+        if self.processor is None:
+            return lambda: None
+        for _ in range(10_000):
+            root = self.tracer.start_span("held open")
+            with self.tracer.start_as_current_span("retrieve", context=set_span_in_context(root)) as span:
+                span.set_attribute("gen_ai.operation.name", "retrieval")
+                span.set_attribute("gen_ai.retrieval.query.text", "what is lorem ipsum?")
+                span.set_attribute("gen_ai.retrieval.documents", DOCS)
+            if self.processor.held_spans:
+                return root.end
+            root.end()
+        raise RuntimeError("no trace was sampled")
+
 
 _PAYLOAD = {"items": [{"id": i, "name": f"item {i}", "tags": ["a", "b", "c"], "price": i * 1.5} for i in range(40)]}
 
@@ -266,9 +291,10 @@ def interleaved(
     Two corrections keep the variants' costs their own. Garbage collection is off during the rounds
     (a collection is triggered by any variant's allocations and would land on whichever runs) and runs
     between segments. A worker's timer costs CPU per second, not per trace (ragtrace's 20 ticks a
-    second), and while interleaved each variant gets a fraction of the seconds: that idle rate is
-    measured first, and each variant is charged it for the time its own traces and work took, not for
-    the whole segment. `twin` is a second variant without ragtrace: its ratio shows the estimator's own
+    second), and while interleaved each variant gets a fraction of the seconds: that rate is measured
+    first, with one trace held open so that the worker ticks at its busy pace, and each variant is
+    charged it for the time its own traces and work took, not for the whole segment. `twin` is a
+    second variant without ragtrace: its ratio shows the estimator's own
     error (it should be 1.00).
     """
     variants = {"without": Variant(False), "twin": Variant(False)}
@@ -277,9 +303,16 @@ def interleaved(
     for variant in variants.values():  # warm up
         variant.block(build, n)
         variant.wait_scored()
+    ends = [variant.hold_a_trace() for variant in variants.values()]
+    time.sleep(0.2)
     background = {name: variants[name].background_cpu() for name in names}
     time.sleep(1.0)
     idle_rate = {name: max(variants[name].background_cpu() - background[name], 0.0) for name in names}
+    for end in ends:
+        end()
+    for variant in variants.values():
+        variant.wait_scored()
+    decided = {name: Counter(variant.processor.decisions) for name, variant in variants.items() if variant.processor}
     gc.collect()
     gc.disable()  # collections are triggered by any variant's allocations, and would land on whichever runs
     per_trace: dict[str, list[tuple[float, float]]] = {name: [] for name in names}  # (app, background) µs
@@ -330,7 +363,8 @@ def interleaved(
             "app_thread_extra_us_per_trace": round(app_us - base_app, 1),
             "background_extra_us_per_trace": round(bg_us - base_bg, 1),
             "idle_background_us_per_s": round(idle_rate[name] * 1e6),
-            "decisions": processor.decisions if processor is not None else {},
+            # the measured rounds' traces only
+            "decisions": dict(Counter(processor.decisions) - decided[name]) if processor is not None else {},
         }
     for variant in variants.values():
         variant.provider.shutdown()

@@ -330,9 +330,13 @@ class RagScoringSpanProcessor(SpanProcessor):
         trace with no RAG span is never held at all."""
         if self._shutdown:
             return False
-        start = self._capture_start(span)
-        if start is None and not is_root and not self._store.is_open(trace_id):
-            return False
+        held = self._store.open_trace(trace_id)
+        if held is not None and held.has_retrieval:  # held anyway, and nothing more to learn from it
+            start: str | None = "held"
+        else:
+            start = self._capture_start(span)
+            if start is None and held is None and not is_root:
+                return False
         result = self._store.add(span, trace_id, is_root, start == "retrieval", start is not None)
         if result == "held":
             # link mode exports at once: the store keeps a reference to read, never to forward
@@ -375,12 +379,12 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     def _report(self) -> None:
         """Push decision counts to metrics (batched so the app thread never touches the meter)."""
+        if self._metrics is None:  # `decisions` reads the counts themselves
+            return
         with self._counts_lock:
             self._move_unsampled_roots()
             counted = self._counts + self._capture_counts
             pending, self._reported = counted - self._reported, counted
-        if self._metrics is None:
-            return
         for decision, n in pending.items():
             try:
                 self._metrics.decision(decision, n)

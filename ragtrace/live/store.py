@@ -105,9 +105,10 @@ class SpanStore:
                 self._closing.append(trace_id)
             return "held"
 
-    def is_open(self, trace_id: int) -> bool:
-        """Whether spans of the trace are held (a lock-free peek; `add` decides under the lock)."""
-        return trace_id in self._open
+    def open_trace(self, trace_id: int) -> OpenTrace | None:
+        """The trace's held spans, if any (a lock-free peek for the app thread; `add` decides under the
+        lock, and a trace only ever gains `has_retrieval`)."""
+        return self._open.get(trace_id)
 
     def _mark_done(self, trace_id: int) -> None:
         # Remember 4x as many closed ids as open traces (~100 bytes each): a late span of a trace closed

@@ -23,10 +23,10 @@ def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
         assert isinstance(report[key], float | int), key
     assert report["ratio_rag_10pct"] > 0 and report["ratio_non_rag"] > 0
     assert report["twin"]["rag"]["ratio"] > 0 and report["twin"]["non_rag"]["ratio"] > 0  # the estimator's check
-    # Warm-up block + rounds of the interleaved measure (the wall-time blocks have variants of their
-    # own): every trace got its decision; a sampled one is scored by precision and
-    # relevance (recall needs a ground truth, which the bench traces do not carry).
-    per_variant = (rounds + 1) * traces
+    # The measured rounds (not the warm-up, nor the trace held open to time the worker's ticks): every
+    # trace got its decision; a sampled one is scored by precision and relevance (recall needs a ground
+    # truth, which the bench traces do not carry). The wall-time blocks have variants of their own.
+    per_variant = rounds * traces
     assert set(report["by_worker"]) == {"thread", "process"}  # both workers, against the same baseline
     for worker in report["by_worker"].values():
         assert worker["wall_blocks"]["rag"]["ratio"] > 0 and worker["wall_blocks"]["non_rag"]["ratio"] > 0
