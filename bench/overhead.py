@@ -215,6 +215,15 @@ class Variant:
             while self.processor.held_spans and time.monotonic() < deadline:
                 time.sleep(0.005)
 
+    def holds_spans_of(self, build: Callable[[Tracer], None], n: int = 200) -> bool:
+        """Does ragtrace hold spans of this workload (at this sampling rate)?"""
+        held = False
+        for _ in range(n):
+            build(self.tracer)
+            held = held or bool(self.processor is not None and self.processor.held_spans)
+        self.wait_scored()
+        return held
+
     def hold_a_trace(self) -> Callable[[], None]:
         """Leave a sampled RAG trace open, so that the worker ticks at its busy pace (an idle worker
         ticks ever less often); returns what ends it."""
@@ -292,8 +301,9 @@ def interleaved(
     (a collection is triggered by any variant's allocations and would land on whichever runs) and runs
     between segments. A worker's timer costs CPU per second, not per trace (ragtrace's 20 ticks a
     second), and while interleaved each variant gets a fraction of the seconds: that rate is measured
-    first, with one trace held open so that the worker ticks at its busy pace, and each variant is
-    charged it for the time its own traces and work took, not for the whole segment. `twin` is a
+    first, at the pace the workload keeps the worker at (a trace held open when the workload's spans
+    are held: an idle worker ticks ever less often), and each variant is charged it for the time its
+    own traces and work took, not for the whole segment. `twin` is a
     second variant without ragtrace: its ratio shows the estimator's own
     error (it should be 1.00).
     """
@@ -303,7 +313,8 @@ def interleaved(
     for variant in variants.values():  # warm up
         variant.block(build, n)
         variant.wait_scored()
-    ends = [variant.hold_a_trace() for variant in variants.values()]
+    # The timer's rate at the pace this workload keeps the worker at: busy while it holds spans.
+    ends = [variant.hold_a_trace() if variant.holds_spans_of(build) else lambda: None for variant in variants.values()]
     time.sleep(0.2)
     background = {name: variants[name].background_cpu() for name in names}
     time.sleep(1.0)

@@ -181,6 +181,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._score_deadline = score_deadline
         self._redactor = redactor
         self._extractor = extractor
+        self._hold_every_span = extractor is not None  # an extractor may read any span of a sampled trace
         self._metrics = metrics
         self._reason_max_chars = reason_max_chars
         self._store = SpanStore(max_held_spans=max_held_spans, max_open_traces=max_open_traces)
@@ -325,7 +326,7 @@ class RagScoringSpanProcessor(SpanProcessor):
     def _hold(self, span: ReadableSpan, trace_id: int, is_root: bool) -> bool:
         """True when the store keeps the span for the worker to forward; False: the caller forwards it.
 
-        A sampled trace is held from the first span the readers need on (`_capture_start`): the spans
+        A sampled trace is held from the first span the readers need on (`capture_start`): the spans
         that end before it carry no score and inform none, so they go straight to the exporter, and a
         trace with no RAG span is never held at all."""
         if self._shutdown:
@@ -334,9 +335,12 @@ class RagScoringSpanProcessor(SpanProcessor):
         if held is not None and held.has_retrieval:  # held anyway, and nothing more to learn from it
             start: str | None = "held"
         else:
-            start = self._capture_start(span)
-            if start is None and held is None and not is_root:
-                return False
+            start = capture_start(span)
+            if start is None:
+                if self._hold_every_span:
+                    start = "every_span"
+                elif held is None and not is_root:
+                    return False
         result = self._store.add(span, trace_id, is_root, start == "retrieval", start is not None)
         if result == "held":
             # link mode exports at once: the store keeps a reference to read, never to forward
@@ -347,11 +351,6 @@ class RagScoringSpanProcessor(SpanProcessor):
         elif result == "overflow":
             self._count("queue_full")
         return False
-
-    def _capture_start(self, span: ReadableSpan) -> str | None:
-        """Does this span start holding its trace (and why)? With an extractor, any span may be read."""
-        start = capture_start(span)
-        return start if start is not None or self._extractor is None else "extractor"
 
     def _forward(self, span: ReadableSpan) -> None:
         try:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import IO
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import SpanProcessor
 
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.processor import RagScoringSpanProcessor, decision_of
@@ -82,13 +82,10 @@ class ScoringPipeline(RagScoringSpanProcessor):
             metrics=self.recorded, reason_max_chars=settings.reason_max_chars,
         )
         self._answer = answer
+        self._hold_every_span = True  # the app's process sends only what it held: all of it is read here
         self._closed_counts: dict[int, tuple[Counter[str], Counter[str]]] = {}
         self._closing: int | None = None  # the trace being closed (worker thread)
         self._released_while_closing: list[TraceAnswer] = []
-
-    def _capture_start(self, span: ReadableSpan) -> str | None:
-        """The app's process sends only what it held: all of it is read here."""
-        return super()._capture_start(span) or "held_by_the_app"
 
     def _close(self, trace: OpenTrace) -> None:
         """Close as usual, keeping what closing counted for this trace's answer."""

@@ -1,4 +1,4 @@
-"""SpanStore: the drain signal force_flush waits on instead of polling."""
+"""SpanStore: the drain signal force_flush waits on instead of polling; the memory of closed traces."""
 
 from __future__ import annotations
 
@@ -54,3 +54,16 @@ def test_expiry_and_close_wake_the_waiter_too() -> None:
     store.put_pending(2, _pending(2))
     store.close()
     assert store.wait_drained(0.0)
+
+
+def test_closed_trace_ids_are_remembered_oldest_out() -> None:
+    """A late span of a recently closed trace passes straight through; the memory keeps the newest
+    4 x max_open_traces ids."""
+    store = SpanStore(max_held_spans=100, max_open_traces=2)
+    span = object()  # the store never looks inside a span
+    for trace_id in range(20):  # traces that end with nothing held: their ids are remembered
+        assert store.add(span, trace_id, is_root=True, opens=False) == "passed"  # type: ignore[arg-type]
+    for trace_id in range(12, 20):
+        assert store.add(span, trace_id, is_root=False) == "late"  # type: ignore[arg-type]
+    for trace_id in range(12):  # forgotten: their spans are taken as a new trace's
+        assert store.add(span, trace_id, is_root=True, opens=False) == "passed"  # type: ignore[arg-type]
