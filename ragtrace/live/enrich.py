@@ -121,32 +121,44 @@ def evaluation_writes(
     return attrs, events
 
 
+def _dropped(container: object) -> int:
+    """What a span's BoundedAttributes or BoundedList dropped (0 for a plain container)."""
+    dropped = getattr(container, "dropped", 0)
+    return dropped if isinstance(dropped, int) else 0
+
+
 def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events: Sequence[Event]) -> ReadableSpan:
     """A copy of an ended span with attributes and events added; everything else (ids, times) unchanged.
 
     The added attributes are not subject to the span's attribute limit (the scores are the point), and
     the original dropped counts are carried over so exporters still report them.
     """
+    sdk = type(span) is SDK_SPAN  # its fields, not its properties (a Python call each)
+    if sdk:
+        old_events, links = span._events, span._links
+        dropped = (_dropped(span._attributes), _dropped(old_events), _dropped(links))
+    else:
+        old_events, links = span.events, span.links
+        dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
     merged: Mapping[str, AttributeValue] = {**attrs_of(span), **attributes}
-    all_events: Sequence[Event] = (*span.events, *events)
-    links: Sequence[Link] = span.links
+    all_events: Sequence[Event] = (*old_events, *events)
     # Bounded containers only where they carry a dropped count the exporter must still report.
-    if span.dropped_attributes:
+    if dropped[0]:
         bounded = BoundedAttributes(maxlen=None, attributes=merged, immutable=True)
-        bounded.dropped = span.dropped_attributes
+        bounded.dropped = dropped[0]
         merged = bounded
-    if span.dropped_events:
+    if dropped[1]:
         bounded_events: BoundedList[Event] = BoundedList(maxlen=None)
         bounded_events.extend(all_events)
-        bounded_events.dropped = span.dropped_events
+        bounded_events.dropped = dropped[1]
         all_events = bounded_events
-    if span.dropped_links:
+    if dropped[2]:
         bounded_links: BoundedList[Link] = BoundedList(maxlen=None)
         bounded_links.extend(links)
-        bounded_links.dropped = span.dropped_links
+        bounded_links.dropped = dropped[2]
         links = bounded_links
-    if type(span) is SDK_SPAN:  # a copy of its fields: the constructor reads a dozen properties
-        copy = object.__new__(SDK_SPAN)
+    if sdk:  # a copy of its fields: the constructor would read a dozen properties
+        copy = object.__new__(ReadableSpan)
         copy.__dict__.update(vars(span))
         copy._attributes, copy._events, copy._links = merged, all_events, links
         return copy
