@@ -157,10 +157,28 @@ def thread_cpu(thread: threading.Thread) -> float:
         return 0.0
 
 
+class ForwardOnly(SpanProcessor):
+    """The least any wrapping processor costs: one more Python call per span, and nothing else."""
+
+    def __init__(self, exporting: SpanProcessor) -> None:
+        self.exporting = exporting
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.exporting.on_end(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporting.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self.exporting.shutdown()
+
+
 class Variant:
     """One provider and the background threads it started (exporter, ragtrace worker)."""
 
-    def __init__(self, with_ragtrace: bool, rate: float = 0.1, worker: str = "thread") -> None:
+    def __init__(
+        self, with_ragtrace: bool, rate: float = 0.1, worker: str = "thread", forward_only: bool = False
+    ) -> None:
         before = set(threading.enumerate())
         self.exporting = exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
         self.provider = TracerProvider()
@@ -174,7 +192,7 @@ class Variant:
             )
             self.provider.add_span_processor(self.processor)
         else:
-            self.provider.add_span_processor(exporting)
+            self.provider.add_span_processor(ForwardOnly(exporting) if forward_only else exporting)
         self.tracer = self.provider.get_tracer("bench")
         self.threads = [t for t in threading.enumerate() if t not in before]
 
@@ -305,9 +323,10 @@ def interleaved(
     are held: an idle worker ticks ever less often), and each variant is charged it for the time its
     own traces and work took, not for the whole segment. `twin` is a
     second variant without ragtrace: its ratio shows the estimator's own
-    error (it should be 1.00).
+    error (it should be 1.00). `forward_only` wraps the exporting processor in one that only forwards:
+    the floor of any wrapping design.
     """
-    variants = {"without": Variant(False), "twin": Variant(False)}
+    variants = {"without": Variant(False), "twin": Variant(False), "forward_only": Variant(False, forward_only=True)}
     variants.update({worker: Variant(True, rate, worker) for worker in workers})
     names = list(variants)
     for variant in variants.values():  # warm up
@@ -457,6 +476,8 @@ def main() -> None:
         "worker": workers[0],
         "by_worker": {worker: figures(worker) for worker in workers},
         "twin": {name: got["twin"] for name, got in cpu.items()},  # the estimator's own error: should be 1.00
+        # a processor that only forwards: the floor of any design that wraps the exporting processor
+        "forward_only": {name: got["forward_only"] for name, got in cpu.items()},
         "rounds": args.rounds,
         "traces_per_round": args.traces,
         "segments": args.segments,
