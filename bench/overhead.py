@@ -12,10 +12,11 @@ The machine is shared: its speed drifts by tens of percent within seconds, so tw
   plus its background threads' CPU (exporter, ragtrace's worker) from their own clocks. Under the GIL an
   app thread that never waits does one trace per that sum, so the ratio of the sums is the throughput
   ratio. Garbage collection is off during the rounds and runs between segments (a collection lands on
-  whichever variant runs, whoever allocated), and a worker's timer cost, which is per second rather than
-  per trace, is charged for the variant's own seconds only (see `interleaved`). The median over
-  `--segments` paired segment ratios is reported, with quartiles. `twin`, a second variant without
-  ragtrace, measures the estimator's own error: its ratio should be 1.00.
+  whichever variant runs, whoever allocated), and ragtrace's worker ticks as many times slower as there
+  are variants, so that it sees as many traces per tick as it would alone (see `interleaved`). The
+  median over `--segments` paired segment ratios is reported, with quartiles. `twin`, a second variant
+  without ragtrace, measures the estimator's own error: its ratio should be 1.00; `forward_only`, a
+  processor that only forwards, is the floor of any design that wraps the exporting processor.
 - `wall_blocks`: the direct measure, wall time of blocks of `--wall-traces` traces in a shuffled order
   (GC on), each settled until ragtrace holds nothing and the exporter is flushed, that settling's CPU
   counted in the block. It needs no model of the GIL, and is several times noisier.
@@ -38,6 +39,7 @@ import argparse
 import asyncio
 import gc
 import importlib
+import inspect
 import json
 import random
 import statistics
@@ -59,6 +61,8 @@ from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextVerdict, JudgeUsage, Verdicts
 
+# the processor's default tick interval (seconds)
+TICK_S: float = inspect.signature(RagScoringSpanProcessor).parameters["tick_interval"].default
 DOCS = json.dumps([
     {"id": f"doc-{i}", "score": 0.9 - i / 10, "content": f"passage {i} " + "lorem ipsum dolor sit amet " * 8}
     for i in range(5)
@@ -177,7 +181,8 @@ class Variant:
     """One provider and the background threads it started (exporter, ragtrace worker)."""
 
     def __init__(
-        self, with_ragtrace: bool, rate: float = 0.1, worker: str = "thread", forward_only: bool = False
+        self, with_ragtrace: bool, rate: float = 0.1, worker: str = "thread", forward_only: bool = False,
+        tick_interval: float = TICK_S,
     ) -> None:
         before = set(threading.enumerate())
         self.exporting = exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
@@ -188,7 +193,8 @@ class Variant:
             # not from __main__.
             judge = importlib.import_module("overhead").FixedJudge() if worker == "process" else FixedJudge()
             self.processor = RagScoringSpanProcessor(
-                exporting, judge=judge, sampler=Sampler(rate), worker=worker  # type: ignore[arg-type]
+                exporting, judge=judge, sampler=Sampler(rate), worker=worker,  # type: ignore[arg-type]
+                tick_interval=tick_interval,
             )
             self.provider.add_span_processor(self.processor)
         else:
@@ -233,30 +239,6 @@ class Variant:
             while self.processor.held_spans and time.monotonic() < deadline:
                 time.sleep(0.005)
 
-    def holds_spans_of(self, build: Callable[[Tracer], None], n: int = 200) -> bool:
-        """Does ragtrace hold spans of this workload (at this sampling rate)?"""
-        held = False
-        for _ in range(n):
-            build(self.tracer)
-            held = held or bool(self.processor is not None and self.processor.held_spans)
-        self.wait_scored()
-        return held
-
-    def hold_a_trace(self) -> Callable[[], None]:
-        """Leave a sampled RAG trace open, so that the worker ticks at its busy pace (an idle worker
-        ticks ever less often); returns what ends it."""
-        if self.processor is None:
-            return lambda: None
-        for _ in range(10_000):
-            root = self.tracer.start_span("held open")
-            with self.tracer.start_as_current_span("retrieve", context=set_span_in_context(root)) as span:
-                span.set_attribute("gen_ai.operation.name", "retrieval")
-                span.set_attribute("gen_ai.retrieval.query.text", "what is lorem ipsum?")
-                span.set_attribute("gen_ai.retrieval.documents", DOCS)
-            if self.processor.held_spans:
-                return root.end
-            root.end()
-        raise RuntimeError("no trace was sampled")
 
 
 _PAYLOAD = {"items": [{"id": i, "name": f"item {i}", "tags": ["a", "b", "c"], "price": i * 1.5} for i in range(40)]}
@@ -315,32 +297,23 @@ def interleaved(
     which drifts by tens of percent within seconds here. The rounds are cut into `segments`, each
     closed by settling every variant, for one paired ratio per segment.
 
-    Two corrections keep the variants' costs their own. Garbage collection is off during the rounds
-    (a collection is triggered by any variant's allocations and would land on whichever runs) and runs
-    between segments. A worker's timer costs CPU per second, not per trace (ragtrace's 20 ticks a
-    second), and while interleaved each variant gets a fraction of the seconds: that rate is measured
-    first, at the pace the workload keeps the worker at (a trace held open when the workload's spans
-    are held: an idle worker ticks ever less often), and each variant is charged it for the time its
-    own traces and work took, not for the whole segment. `twin` is a
-    second variant without ragtrace: its ratio shows the estimator's own
-    error (it should be 1.00). `forward_only` wraps the exporting processor in one that only forwards:
+    Two things keep the variants' costs their own. Garbage collection is off during the rounds (a
+    collection is triggered by any variant's allocations and would land on whichever runs) and runs
+    between segments. And k variants interleaved each get 1/k of the traffic per second, so ragtrace's
+    worker ticks k times slower than its default here: it then ships as many traces per tick and ticks
+    as often per trace as it would alone (a tick's own cost is per second, a message's per batch).
+    While idle it ticks once a second either way, which charges it (k - 1) x 0.2-0.6 ms more per second
+    of its own than alone; the settling at a segment's end is charged to it too. `twin` is a second
+    variant without ragtrace: its ratio shows the estimator's own error (it should be 1.00).
+    `forward_only` wraps the exporting processor in one that only forwards:
     the floor of any wrapping design.
     """
     variants = {"without": Variant(False), "twin": Variant(False), "forward_only": Variant(False, forward_only=True)}
-    variants.update({worker: Variant(True, rate, worker) for worker in workers})
+    tick = TICK_S * (len(variants) + len(workers))
+    variants.update({worker: Variant(True, rate, worker, tick_interval=tick) for worker in workers})
     names = list(variants)
     for variant in variants.values():  # warm up
         variant.block(build, n)
-        variant.wait_scored()
-    # The timer's rate at the pace this workload keeps the worker at: busy while it holds spans.
-    ends = [variant.hold_a_trace() if variant.holds_spans_of(build) else lambda: None for variant in variants.values()]
-    time.sleep(0.2)
-    background = {name: variants[name].background_cpu() for name in names}
-    time.sleep(1.0)
-    idle_rate = {name: max(variants[name].background_cpu() - background[name], 0.0) for name in names}
-    for end in ends:
-        end()
-    for variant in variants.values():
         variant.wait_scored()
     decided = {name: Counter(variant.processor.decisions) for name, variant in variants.items() if variant.processor}
     gc.collect()
@@ -351,7 +324,6 @@ def interleaved(
         for _ in range(segments):
             background = {name: variants[name].background_cpu() for name in names}
             app = dict.fromkeys(names, 0.0)
-            segment_started = time.perf_counter()
             for _ in range(per_segment):
                 random.shuffle(names)
                 for name in names:
@@ -366,11 +338,8 @@ def interleaved(
                 flushing = time.thread_time()
                 variant.exporting.force_flush(60_000)  # what is left to export, on this thread
                 app[name] += time.thread_time() - flushing
-            elapsed = time.perf_counter() - segment_started
             for name in names:
                 spent = variants[name].background_cpu() - background[name]
-                # the idle rate, for the seconds this variant's work would have taken on its own
-                spent -= idle_rate[name] * max(elapsed - app[name] - spent, 0.0)
                 traces = per_segment * n
                 per_trace[name].append((app[name] / traces * 1e6, spent / traces * 1e6))
             gc.collect()  # between segments, on nobody's clock
@@ -392,7 +361,6 @@ def interleaved(
             "background_us_per_trace_without": round(base_bg, 1),
             "app_thread_extra_us_per_trace": round(app_us - base_app, 1),
             "background_extra_us_per_trace": round(bg_us - base_bg, 1),
-            "idle_background_us_per_s": round(idle_rate[name] * 1e6),
             # the measured rounds' traces only
             "decisions": dict(Counter(processor.decisions) - decided[name]) if processor is not None else {},
         }
