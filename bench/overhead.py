@@ -369,6 +369,21 @@ def interleaved(
     return out
 
 
+def idle_cpu(workers: Sequence[str], seconds: float = 2.0) -> dict[str, float]:
+    """CPU µs per second that ragtrace's background threads take while the app sends nothing (after the
+    worker has had time to slow down), per worker; the exporter's idle cost is subtracted."""
+    variants = {"without": Variant(False), **{worker: Variant(True, 0.1, worker) for worker in workers}}
+    for variant in variants.values():
+        variant.block(rag_trace, 20)
+    time.sleep(2.0)  # an idle worker halves its pace each tick, down to once a second
+    before = {name: variant.background_cpu() for name, variant in variants.items()}
+    time.sleep(seconds)
+    spent = {name: (variant.background_cpu() - before[name]) / seconds * 1e6 for name, variant in variants.items()}
+    for variant in variants.values():
+        variant.provider.shutdown()
+    return {worker: round(spent[worker] - spent["without"], 1) for worker in workers}
+
+
 def on_end_times(n_traces: int) -> list[float]:
     """Per-call time of RagScoringSpanProcessor.on_end (wrapping a no-op), worker running, µs."""
 
@@ -414,6 +429,7 @@ def main() -> None:
         name: wall_blocks(build, args.wall_rounds, args.wall_traces, args.rate, workers) if args.wall_rounds else {}
         for name, build in workloads.items()
     }
+    idle = idle_cpu(workers)
     times = sorted(on_end_times(4000))
     p = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
 
@@ -431,6 +447,7 @@ def main() -> None:
             "rag": rag,
             "non_rag": cpu["non_rag"][worker],
             "wall_blocks": {name: got.get(worker) for name, got in wall.items()},
+            "idle_worker_cpu_us_per_s": idle[worker],
         }
 
     primary = figures(workers[0])

@@ -30,6 +30,7 @@ def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
     per_variant = rounds * traces
     assert set(report["by_worker"]) == {"thread", "process"}  # both workers, against the same baseline
     for worker in report["by_worker"].values():
+        assert isinstance(worker["idle_worker_cpu_us_per_s"], float)
         assert worker["wall_blocks"]["rag"]["ratio"] > 0 and worker["wall_blocks"]["non_rag"]["ratio"] > 0
         rag, plain = worker["rag"]["decisions"], worker["non_rag"]["decisions"]
         assert set(rag) == {"not_sampled", "scored"} and rag["scored"] % 2 == 0
