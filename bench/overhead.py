@@ -302,7 +302,7 @@ def interleaved(
     between segments. And k variants interleaved each get 1/k of the traffic per second, so ragtrace's
     worker ticks k times slower than its default here: it then ships as many traces per tick and ticks
     as often per trace as it would alone (a tick's own cost is per second, a message's per batch).
-    While idle it ticks once a second either way, which charges it (k - 1) x 0.2-0.6 ms more per second
+    While idle it ticks once a second either way, which charges it (k - 1) x 0.3 ms more per second
     of its own than alone; the settling at a segment's end is charged to it too. `twin` is a second
     variant without ragtrace: its ratio shows the estimator's own error (it should be 1.00).
     `forward_only` wraps the exporting processor in one that only forwards:

@@ -103,7 +103,8 @@ def _utc_now() -> datetime:
 class Sampler:
     """Sampling by trace-id hash (base rate, per-rule rates, per-scorer caps) plus throttle and daily budget.
 
-    `might_sample` is the app-thread pre-filter (one AND and one compare); `scorers_for` is the decision at
+    `might_sample` is the pre-filter on every span (one AND and one compare against `trace_id_bound`, which
+    the processor's `on_end` inlines); `scorers_for` is the decision at
     trace close; `admit` / `charge` guard the judge's throughput and bill. The budget is soft: a judging
     admitted under the limit may overshoot it by its own cost, because that cost is known only afterwards.
     """
@@ -169,7 +170,7 @@ class Sampler:
         return self._max_bound
 
     def might_sample(self, trace_id: int) -> bool:
-        """Could any rule or rate sample this trace? O(1), for the app thread on every span."""
+        """Could any rule or rate sample this trace? O(1), for every span."""
         try:
             return (trace_id & TRACE_ID_MASK) < self._max_bound
         except TypeError:
