@@ -69,7 +69,7 @@ class SpanStore:
         self._open: dict[int, OpenTrace] = {}
         self._pending: dict[int, PendingTrace] = {}
         # Trace ids already closed or bypassed, so that late spans pass straight through (bounded, oldest
-        # out). An OrderedDict: evicting the oldest of a plain dict scans the deleted slots before it (11 µs
+        # out). An OrderedDict: evicting the oldest of a plain dict scans the deleted slots before it (6-12 µs
         # at 40,000 ids, against 0.4 µs).
         self._done: OrderedDict[int, None] = OrderedDict()
         self._closing: deque[int] = deque()
