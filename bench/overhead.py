@@ -240,7 +240,6 @@ class Variant:
                 time.sleep(0.005)
 
 
-
 _PAYLOAD = {"items": [{"id": i, "name": f"item {i}", "tags": ["a", "b", "c"], "price": i * 1.5} for i in range(40)]}
 
 

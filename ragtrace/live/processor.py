@@ -199,7 +199,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._remote_restart_at, self._remote_backoff = 0.0, 1.0
         self._worker = self._start_worker()
         if worker == "process":
-            self._remote = self._start_remote(max_held_spans, max_open_traces)
+            self._remote = self._start_remote()
         if hasattr(os, "register_at_fork"):  # like the SDK's BatchSpanProcessor: a fresh worker per child
             after_fork = weakref.WeakMethod(self._after_fork_in_child)
             os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
@@ -217,11 +217,12 @@ class RagScoringSpanProcessor(SpanProcessor):
         worker.start()
         return worker
 
-    def _start_remote(self, max_held_spans: int, max_open_traces: int) -> ScoringProcess:
+    def _start_remote(self) -> ScoringProcess:
         settings = ChildSettings(
             judge=self._judge, scorers=self._scorers, sampler=self._sampler, target=self._target,
-            score_deadline=self._score_deadline, max_queue=self._max_queue, max_held_spans=max_held_spans,
-            max_open_traces=max_open_traces, concurrency=self._concurrency, redactor=self._redactor,
+            score_deadline=self._score_deadline, max_queue=self._max_queue,
+            max_held_spans=self._store.max_held_spans, max_open_traces=self._store.max_open_traces,
+            concurrency=self._concurrency, redactor=self._redactor,
             extractor=self._extractor, reason_max_chars=self._reason_max_chars,
             record_metrics=self._metrics is not None,
         )
@@ -253,7 +254,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         if not self._shutdown:
             self._worker = self._start_worker()
             if self._remote is not None:
-                self._remote = self._start_remote(self._store.max_held_spans, self._store.max_open_traces)
+                self._remote = self._start_remote()
 
     # --- introspection (tests, health) ------------------------------------------------------------
 
@@ -540,7 +541,7 @@ class RagScoringSpanProcessor(SpanProcessor):
             recorded = self._store.record(pending.trace_id, 0, None)
             if recorded is not None:
                 self._count("error")
-                self._forward_with_writes(recorded[1].spans, {})
+                self._forward_all(recorded[1].spans)
 
     def _remote_tick(self) -> None:
         """Take the scoring process's answers. If it is gone, forward what it had unscored (counted as
@@ -553,7 +554,7 @@ class RagScoringSpanProcessor(SpanProcessor):
             return
         for pending in self._store.pop_expired(time.monotonic(), everything=True):
             self._count("error")
-            self._forward_with_writes(pending.spans, {})
+            self._forward_all(pending.spans)
         now = time.monotonic()
         if self._shutdown or now < self._remote_restart_at:
             return
