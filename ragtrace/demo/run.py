@@ -7,13 +7,16 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Literal, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from ragtrace.demo.app import DemoApp, load_questions
+
+if TYPE_CHECKING:  # the live pipeline is imported when the demo runs, as before
+    from ragtrace.live.processor import WorkerKind
 
 SCORERS = ("context_precision", "context_relevance", "context_recall")
 SHORT = {"context_precision": "precision", "context_relevance": "relevance", "context_recall": "recall"}
@@ -73,7 +76,7 @@ def run_demo(
     judge: str = "local",
     sample_rate: float = 1.0,
     out: TextIO = sys.stdout,
-    worker: Literal["thread", "process"] = "thread",
+    worker: WorkerKind = "thread",
 ) -> int:
     from ragtrace.live import install
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
@@ -28,7 +28,7 @@ from ragtrace.judges.resolve import resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.otlp import otlp_span_exporter
-from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.processor import Mode, RagScoringSpanProcessor, Target, WorkerKind
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import SCORERS
@@ -50,11 +50,11 @@ class RagtraceSettings(BaseModel):
     judge: str = Field("local", min_length=1, description="'local' or a litellm model, e.g. openai/gpt-4o-mini")
     judge_api_base: str | None = None
     sample_rate: float = Field(0.1, ge=0.0, le=1.0)
-    mode: Literal["enrich", "link"] = "enrich"
-    worker: Literal["thread", "process"] = Field(
+    mode: Mode = "enrich"
+    worker: WorkerKind = Field(
         "thread", description="score in a thread of the app's process, or in a scoring process of its own"
     )
-    target: Literal["retrieval", "generation", "root"] = "retrieval"
+    target: Target = "retrieval"
     scorers: tuple[str, ...] = ("context_precision", "context_relevance", "context_recall")
     max_queue: int = Field(1000, ge=1)
     max_held_spans: int = Field(50_000, ge=1)
