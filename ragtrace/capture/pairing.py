@@ -360,6 +360,7 @@ def _custom(
 
 CaptureStart = Literal["retrieval", "ground_truth"]
 _STARTING_KEYS = readers.RETRIEVAL_MARKERS | {GROUND_TRUTH}
+_STARTING_KEYS_BUT_DB = _STARTING_KEYS - readers.DB_SYSTEMS
 
 
 def capture_start(span: ReadableSpan) -> CaptureStart | None:
@@ -368,11 +369,12 @@ def capture_start(span: ReadableSpan) -> CaptureStart | None:
     trace's first retrieval is read: a generation pairs with a retrieval only if it starts after the
     retrieval ended, and ancestors and the root (the query's last fallback) end after their
     descendants. The live processor holds a sampled trace's spans from such a span on, and calls this
-    on each of them, so most spans are turned away by a set operation."""
+    on each of them, so most spans are turned away by a set operation (`isdisjoint`: no new set)."""
     attrs = attrs_of(span)
-    present = _STARTING_KEYS.intersection(attrs)
-    if not present or (present <= readers.DB_SYSTEMS and openllmetry.db_system(attrs) is None):
-        return None  # nothing RAG, or a database span of a database that is not a vector store
+    if _STARTING_KEYS.isdisjoint(attrs):
+        return None  # nothing RAG
+    if _STARTING_KEYS_BUT_DB.isdisjoint(attrs) and openllmetry.db_system(attrs) is None:
+        return None  # a database span of a database that is not a vector store
     if readers.span_role(span) == "retrieval":
         return "retrieval"
     return "ground_truth" if GROUND_TRUTH in attrs else None

@@ -85,6 +85,12 @@ def _is_local_root(span: ReadableSpan) -> bool:
     return parent is None or parent.is_remote
 
 
+def _add_counts(counts: Counter[str], more: dict[str, int]) -> None:
+    """`Counter.update` without its Mapping check, a third of the cost; it runs for every scored trace."""
+    for key, n in more.items():
+        counts[key] += n
+
+
 class AppCount:
     """A count the app thread keeps without a lock: `next(count)` on an itertools.count is atomic under
     the GIL. `take` (one caller at a time) returns what was counted since it last ran; the offset
@@ -587,8 +593,8 @@ class RagScoringSpanProcessor(SpanProcessor):
             if recorded is None:  # released already (deadline, flush) and counted as a timeout then
                 continue
             with self._counts_lock:
-                self._counts.update(answer.decisions)
-                self._capture_counts.update(answer.capture)
+                _add_counts(self._counts, answer.decisions)
+                _add_counts(self._capture_counts, answer.capture)
             writes = {span_id: (attrs, events_of(events)) for span_id, attrs, events in answer.writes}
             self._forward_with_writes(recorded[1].spans, writes)
 
