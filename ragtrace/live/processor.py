@@ -35,7 +35,7 @@ from ragtrace.live.redaction import Redactor
 from ragtrace.live.remote import Answers, ChildSettings, ScoringProcess, events_of
 from ragtrace.live.sampling import TRACE_ID_MASK, Sampler
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef, SpanStore
-from ragtrace.live.worker import ScoreJob, ScoringWorker
+from ragtrace.live.worker import DEFAULT_TICK_S, ScoreJob, ScoringWorker
 from ragtrace.scoring import (
     ContextRecall,
     JudgeUsage,
@@ -124,7 +124,8 @@ class RagScoringSpanProcessor(SpanProcessor):
     score_deadline: held spans are forwarded with status `timeout` if scoring takes longer.
     concurrency: judge calls at once. redactor: applied to every sample before the judge sees it.
     extractor: your own span shapes -> samples (see ragtrace.capture). metrics: RagtraceMetrics.
-    tick_interval: how often the worker looks for closed and expired traces (seconds).
+    tick_interval: how often a busy worker closes, ships and releases traces (seconds; see
+        `worker.DEFAULT_TICK_S` for why 0.2).
     """
 
     def __init__(
@@ -146,7 +147,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         extractor: Extractor | None = None,
         metrics: RagtraceMetrics | None = None,
         reason_max_chars: int = 500,
-        tick_interval: float = 0.05,
+        tick_interval: float = DEFAULT_TICK_S,
         worker: WorkerKind = "thread",
     ) -> None:
         if mode not in ("enrich", "link"):
