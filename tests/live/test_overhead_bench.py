@@ -36,3 +36,18 @@ def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
         assert set(rag) == {"not_sampled", "scored"} and rag["scored"] % 2 == 0
         assert rag["not_sampled"] + rag["scored"] // 2 == per_variant
         assert set(plain) <= {"not_sampled", "not_rag"} and sum(plain.values()) == per_variant
+
+
+def test_tick_interval_bench_compares_each_interval_with_the_same_baseline() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH.with_name("tick_interval.py")), "--ticks", "0.05", "0.2", "--segments", "2",
+         "--rounds", "2", "--traces", "20", "--rate", "0.5"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    report = json.loads(done.stdout)
+    assert set(report["by_worker"]) == {"thread", "process"}
+    for by_tick in report["by_worker"].values():
+        assert list(by_tick) == ["0.05", "0.2"]
+        for figures in by_tick.values():
+            assert figures["ratio"] > 0 and len(figures["ratio_quartiles"]) == 3
+            assert isinstance(figures["background_extra_us_per_trace"], float)
