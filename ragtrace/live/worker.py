@@ -28,9 +28,9 @@ logger = logging.getLogger(__name__)
 
 # How often a busy worker closes traces and ships or schedules them. Each tick has costs of its own (a
 # pass of the loop, a message each way to a scoring process), so fewer ticks with more traces each cost
-# the app less: at 10 % sampling, 0.2 s against 0.05 s saves 1.4 % of its throughput with the scoring
-# process and 2.2 % with the thread (bench/overhead.py, A/B in one run). A sampled trace waits up to a
-# tick longer for export, a small part of the 5 s a BatchSpanProcessor waits by default.
+# the app less: at 10 % sampling, 0.2 s against 0.05 s gives the app 1.5 % more throughput with the
+# scoring process and 2-3 % with the thread (bench/tick_interval.py, two runs). A sampled trace waits up
+# to a tick longer for export, a small part of the 5 s a BatchSpanProcessor waits by default.
 DEFAULT_TICK_S = 0.2
 
 # An idle worker (its tick found nothing held and no job runs) ticks half as often each time, down to
