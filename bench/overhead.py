@@ -283,6 +283,23 @@ def quartiles(values: Sequence[float]) -> list[float]:
     return [round(q, 4) for q in statistics.quantiles(values, n=4)] if len(values) > 1 else [round(values[0], 4)] * 3
 
 
+def shuffled_rounds(
+    variants: dict[str, Variant], build: Callable[[Tracer], None], rounds: int, n: int
+) -> dict[str, float]:
+    """Each variant's app-thread CPU seconds over `rounds` rounds of n traces each, in a new order every round."""
+    names = list(variants)
+    app = dict.fromkeys(names, 0.0)
+    for _ in range(rounds):
+        random.shuffle(names)
+        for name in names:
+            tracer = variants[name].tracer
+            started = time.thread_time()
+            for _ in range(n):
+                build(tracer)
+            app[name] += time.thread_time() - started
+    return app
+
+
 def interleaved(
     build: Callable[[Tracer], None], rounds: int, n: int, segments: int, rate: float, workers: Sequence[str]
 ) -> dict[str, dict[str, object]]:
@@ -322,15 +339,7 @@ def interleaved(
     try:
         for _ in range(segments):
             background = {name: variants[name].background_cpu() for name in names}
-            app = dict.fromkeys(names, 0.0)
-            for _ in range(per_segment):
-                random.shuffle(names)
-                for name in names:
-                    tracer = variants[name].tracer
-                    started = time.thread_time()
-                    for _ in range(n):
-                        build(tracer)
-                    app[name] += time.thread_time() - started
+            app = shuffled_rounds(variants, build, per_segment, n)
             for name in names:
                 variant = variants[name]
                 variant.wait_scored()  # its threads' CPU is on their clocks

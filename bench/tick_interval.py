@@ -14,15 +14,13 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from overhead import Variant, quartiles, rag_trace
+from overhead import Variant, quartiles, rag_trace, shuffled_rounds
 
 
 def compare(worker: str, ticks: list[float], segments: int, rounds: int, n: int, rate: float) -> dict[str, object]:
@@ -32,23 +30,14 @@ def compare(worker: str, ticks: list[float], segments: int, rounds: int, n: int,
     for variant in variants.values():  # warm up
         variant.block(rag_trace, 200)
         variant.wait_scored()
-    names = list(variants)
-    totals: dict[str, list[float]] = {name: [] for name in names}
-    background: dict[str, list[float]] = {name: [] for name in names}
+    totals: dict[str, list[float]] = {name: [] for name in variants}
+    background: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(segments):
         before = {name: variant.background_cpu() for name, variant in variants.items()}
-        app = dict.fromkeys(names, 0.0)
         gc.collect()
         gc.disable()
         try:
-            for _ in range(rounds):
-                random.shuffle(names)
-                for name in names:
-                    tracer = variants[name].tracer
-                    started = time.thread_time()
-                    for _ in range(n):
-                        rag_trace(tracer)
-                    app[name] += time.thread_time() - started
+            app = shuffled_rounds(variants, rag_trace, rounds, n)
             for variant in variants.values():
                 variant.wait_scored()
         finally:
