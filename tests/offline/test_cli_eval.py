@@ -271,7 +271,10 @@ def test_ctrl_c_keeps_results_and_prints_a_partial_summary(tmp_path: Path) -> No
     env = {**os.environ, "RAGTRACE_TEST_JUDGE_DELAY": "0.02", "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "ragtrace.cli_eval", "eval", str(data), "--judge", JUDGE, "--out", str(out),
             "--concurrency", "1"]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell starts a background job with SIGINT ignored, and an ignored signal stays ignored across exec:
+    # give the child the default disposition, as a terminal would, so that the test holds wherever it runs.
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (not out.exists() or out.read_text().count("\n") < 5):
         time.sleep(0.05)
