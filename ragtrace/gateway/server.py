@@ -43,6 +43,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from ragtrace.gateway.convert import received_spans, span_count
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
+from ragtrace.live.fields import is_local_root
 from ragtrace.live.otlp import otlp_span_exporter
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
@@ -54,11 +55,6 @@ logger = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
-
-
-def _is_local_root(span: ReadableSpan) -> bool:
-    parent = span.parent
-    return parent is None or parent.is_remote
 
 
 # ------------------------------------------------------------------------------------------------ export
@@ -120,7 +116,7 @@ class RootSettler:
 
     def on_end(self, span: ReadableSpan) -> None:
         ctx = span.context
-        if self._settle > 0 and ctx is not None and _is_local_root(span) and self._sampler.might_sample(ctx.trace_id):
+        if self._settle > 0 and ctx is not None and is_local_root(span) and self._sampler.might_sample(ctx.trace_id):
             with self._cond:
                 if not self._closed:
                     if len(self._due) < self._max_roots:

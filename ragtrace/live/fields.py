@@ -48,3 +48,12 @@ def _fields_match_properties() -> bool:
 
 
 SDK_SPAN: type[ReadableSpan] | None = ReadableSpan if _fields_match_properties() else None
+
+
+def is_local_root(span: ReadableSpan) -> bool:
+    """A span whose parent is not in this process: it has none, or one propagated from elsewhere."""
+    if type(span) is SDK_SPAN:
+        parent = span._parent
+        return parent is None or bool(parent[IS_REMOTE])
+    parent = span.parent
+    return parent is None or parent.is_remote

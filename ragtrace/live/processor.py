@@ -29,7 +29,7 @@ from opentelemetry.util.types import AttributeValue
 from ragtrace.capture import CapturedSample, CaptureStats, Extractor, capture_start, extract_samples
 from ragtrace.judges.base import Judge
 from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
-from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, SPAN_ID, TRACE_ID
+from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, SPAN_ID, TRACE_ID, is_local_root
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.remote import Answers, ChildSettings, ScoringProcess, events_of
@@ -78,11 +78,6 @@ def _does_nothing(method: object) -> bool:
         return False
     ops = [(i.opname, i.argval) for i in dis.get_instructions(code) if i.opname not in ("RESUME", "NOP", "CACHE")]
     return ops in ([("LOAD_CONST", None), ("RETURN_VALUE", None)], [("RETURN_CONST", None)])
-
-
-def _is_local_root(span: ReadableSpan) -> bool:
-    parent = span.parent
-    return parent is None or parent.is_remote
 
 
 def _add_counts(counts: Counter[str], more: dict[str, int]) -> None:
@@ -634,7 +629,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         if self._target == "root":
             if captured.root_span_id in by_id:
                 return captured.root_span_id  # type: ignore[return-value]
-            root = next((s for s in spans if _is_local_root(s) and s.context is not None), None)
+            root = next((s for s in spans if is_local_root(s) and s.context is not None), None)
             if root is not None and root.context is not None:
                 return int(root.context.span_id)
         return captured.retrieval_span_id
