@@ -314,10 +314,11 @@ class RagScoringSpanProcessor(SpanProcessor):
                 ctx, parent = span.context, span.parent
             if ctx is not None:
                 trace_id = ctx[TRACE_ID]
+                is_root = parent is None or parent[IS_REMOTE]  # a local root (is_local_root, inlined)
                 if type(trace_id) is int and (trace_id & TRACE_ID_MASK) < self._sample_bound:
-                    if self._hold(span, trace_id, parent is None or parent[IS_REMOTE]):
+                    if self._hold(span, trace_id, is_root):
                         return
-                elif parent is None or parent[IS_REMOTE]:  # a local root: one unsampled trace
+                elif is_root:  # one unsampled trace
                     next(self._unsampled_roots.count)
         except Exception:
             logger.exception("ragtrace: on_end failed; span forwarded unscored")
@@ -354,12 +355,6 @@ class RagScoringSpanProcessor(SpanProcessor):
         elif result == "overflow":
             self._count("queue_full")
         return False
-
-    def _forward(self, span: ReadableSpan) -> None:
-        try:
-            self._exporting.on_end(span)
-        except Exception:
-            logger.exception("ragtrace: wrapped on_end failed")
 
     def _forward_all(self, spans: Iterable[ReadableSpan]) -> None:
         forward = self._exporting.on_end
@@ -681,7 +676,7 @@ class RagScoringSpanProcessor(SpanProcessor):
             except Exception:
                 logger.exception("ragtrace: building an evaluation span failed")
                 continue
-            self._forward(span)
+            self._forward_all((span,))
 
     def _timed_out(self, ref: SampleRef) -> Evaluation:
         return Evaluation(
