@@ -136,26 +136,28 @@ def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events:
     sdk = type(span) is SDK_SPAN  # its fields, not its properties (a Python call each)
     if sdk:
         old_events, links = span._events, span._links
-        dropped = (_dropped(span._attributes), _dropped(old_events), _dropped(links))
+        dropped_attributes, dropped_events = _dropped(span._attributes), _dropped(old_events)
+        dropped_links = _dropped(links)
     else:
         old_events, links = span.events, span.links
-        dropped = (span.dropped_attributes, span.dropped_events, span.dropped_links)
+        dropped_attributes, dropped_events = span.dropped_attributes, span.dropped_events
+        dropped_links = span.dropped_links
     merged: Mapping[str, AttributeValue] = {**attrs_of(span), **attributes}
     all_events: Sequence[Event] = (*old_events, *events)
     # Bounded containers only where they carry a dropped count the exporter must still report.
-    if dropped[0]:
+    if dropped_attributes:
         bounded = BoundedAttributes(maxlen=None, attributes=merged, immutable=True)
-        bounded.dropped = dropped[0]
+        bounded.dropped = dropped_attributes
         merged = bounded
-    if dropped[1]:
+    if dropped_events:
         bounded_events: BoundedList[Event] = BoundedList(maxlen=None)
         bounded_events.extend(all_events)
-        bounded_events.dropped = dropped[1]
+        bounded_events.dropped = dropped_events
         all_events = bounded_events
-    if dropped[2]:
+    if dropped_links:
         bounded_links: BoundedList[Link] = BoundedList(maxlen=None)
         bounded_links.extend(links)
-        bounded_links.dropped = dropped[2]
+        bounded_links.dropped = dropped_links
         links = bounded_links
     if sdk:  # a copy of its fields: the constructor would read a dozen properties
         copy = object.__new__(ReadableSpan)
