@@ -1,6 +1,7 @@
 """ragtrace: score the retrieval quality of RAG applications on live traffic, inside OpenTelemetry.
 
     ragtrace.install(tracer_provider, judge="local")        # live, in front of your exporter
+    ScoringBatchSpanProcessor(RagScoringSpanExporter(exporter, judge=...))  # live, behind the batching
     ragtrace.evaluate(samples, judge="local")               # offline, on a dataset
     ragtrace.create_context_precision_scorer(model=..., options={"context": [...]}).run(run)
 
@@ -25,7 +26,7 @@ from ragtrace.scoring import (
 if TYPE_CHECKING:
     from ragtrace.judges.llm import LLMJudge
     from ragtrace.judges.local import LocalJudge
-    from ragtrace.live import RagScoringSpanProcessor, install
+    from ragtrace.live import RagScoringSpanExporter, RagScoringSpanProcessor, ScoringBatchSpanProcessor, install
     from ragtrace.offline import (
         aevaluate,
         create_context_precision_scorer,
@@ -39,6 +40,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "install": "ragtrace.live",
     "RagScoringSpanProcessor": "ragtrace.live",
+    "RagScoringSpanExporter": "ragtrace.live",
+    "ScoringBatchSpanProcessor": "ragtrace.live",
     "evaluate": "ragtrace.offline",
     "aevaluate": "ragtrace.offline",
     "create_context_precision_scorer": "ragtrace.offline",
@@ -65,8 +68,10 @@ __all__ = [
     "LLMJudge",
     "LocalJudge",
     "RagSample",
+    "RagScoringSpanExporter",
     "RagScoringSpanProcessor",
     "ScoreResult",
+    "ScoringBatchSpanProcessor",
     "__version__",
     "aevaluate",
     "create_context_precision_scorer",

@@ -25,6 +25,7 @@ from opentelemetry import context as otel_context
 from pydantic import ValidationError
 
 from ragtrace._state import PerProcessState, fresh_lock
+from ragtrace._untraced import suppress_tracing
 from ragtrace.judges.base import (
     JudgeError,
     JudgeInvalidOutput,
@@ -64,17 +65,6 @@ class JudgeUnavailable(JudgeError):
     """The judge endpoint kept failing (5xx or connection errors) after every retry."""
 
     code = "judge_unavailable"
-
-
-def _suppress_tracing() -> object:
-    """Attach a context in which OTel instrumentations (httpx, openai, ...) record nothing.
-
-    opentelemetry-api exposes the keys only as private names; the HTTP one is read by httpx/requests
-    instrumentations, the general one by everything else. Both are set.
-    """
-    ctx = otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
-    ctx = otel_context.set_value(otel_context._SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, ctx)
-    return otel_context.attach(ctx)
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -329,7 +319,7 @@ class LLMJudge(PerProcessState):
                 kwargs["api_key"] = self._api_key
             if (fmt := response_format(aspects, mode)) is not None:
                 kwargs["response_format"] = fmt
-            token = _suppress_tracing()
+            token = suppress_tracing()
             try:
                 async with self._semaphore():
                     tally.calls += 1

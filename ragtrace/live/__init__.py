@@ -1,7 +1,8 @@
-"""Live scoring inside OpenTelemetry: the span processor, its worker, sampling, metrics, redaction, setup."""
+"""Live scoring inside OpenTelemetry: the span processor or exporter, worker, sampling, metrics, redaction, setup."""
 
 from ragtrace.live.drift import DriftConfig, DriftDetector, DriftMetrics, DriftMonitor
 from ragtrace.live.enrich import Evaluation
+from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
@@ -14,12 +15,14 @@ __all__ = [
     "DriftMetrics",
     "DriftMonitor",
     "Evaluation",
+    "RagScoringSpanExporter",
     "RagScoringSpanProcessor",
     "RagtraceMetrics",
     "RagtraceSettings",
     "Redactor",
     "Sampler",
     "SamplingRule",
+    "ScoringBatchSpanProcessor",
     "auto_install",
     "install",
 ]

@@ -304,9 +304,23 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """O(1) and exception-safe: forward, or hold for scoring (a dict insert under a lock)."""
-        # The unsampled path (most spans, most of the time) runs on every span of the app: it calls as
-        # few Python functions as it can (no property, no method of the sampler), since each costs the
-        # app more than the work inside it.
+        if self._holds(span):
+            return
+        try:
+            self._exporting.on_end(span)
+        except Exception:
+            logger.exception("ragtrace: wrapped on_end failed")
+
+    def _admit(self, spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
+        """`on_end` for a batch (`RagScoringSpanExporter`): holds what it holds, returns what goes on now."""
+        holds = self._holds
+        return [span for span in spans if not holds(span)]
+
+    def _holds(self, span: ReadableSpan) -> bool:
+        """True when the span is held for scoring; False: it goes on now (never raises).
+
+        It runs on every span: it calls as few Python functions as it can (no property, no method of
+        the sampler), since each costs the app more than the work inside it."""
         try:
             if type(span) is SDK_SPAN:
                 ctx, parent = span._context, span._parent
@@ -316,16 +330,12 @@ class RagScoringSpanProcessor(SpanProcessor):
                 trace_id = ctx[TRACE_ID]
                 is_root = parent is None or parent[IS_REMOTE]  # a local root (is_local_root, inlined)
                 if type(trace_id) is int and (trace_id & TRACE_ID_MASK) < self._sample_bound:
-                    if self._hold(span, trace_id, is_root):
-                        return
-                elif is_root:  # one unsampled trace
+                    return self._hold(span, trace_id, is_root)
+                if is_root:  # one unsampled trace
                     next(self._unsampled_roots.count)
         except Exception:
             logger.exception("ragtrace: on_end failed; span forwarded unscored")
-        try:
-            self._exporting.on_end(span)
-        except Exception:
-            logger.exception("ragtrace: wrapped on_end failed")
+        return False
 
     def _hold(self, span: ReadableSpan, trace_id: int, is_root: bool) -> bool:
         """True when the store keeps the span for the worker to forward; False: the caller forwards it.

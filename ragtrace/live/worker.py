@@ -17,8 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
-from opentelemetry import context as otel_context
-
+from ragtrace._untraced import suppress_tracing
 from ragtrace.judges.base import Judge
 from ragtrace.judges.run import judge_and_score
 from ragtrace.live.enrich import Evaluation
@@ -149,9 +148,7 @@ class ScoringWorker:
             self._loop.call_later(self._next_tick, self._tick)
 
     def _main(self) -> None:
-        ctx = otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
-        ctx = otel_context.set_value(otel_context._SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, ctx)
-        otel_context.attach(ctx)
+        suppress_tracing()  # for good: this thread only judges and forwards
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         self._loop = loop

@@ -13,13 +13,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from typing import Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, Tracer, set_span_in_context
 
 from ragtrace._state import PerProcessState
 from ragtrace.judges.base import JudgeInvalidOutput, Judgement, JudgeRequest, JudgeTimeout, RateLimited
+from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, Verdicts
@@ -78,8 +81,8 @@ class ScriptedJudge(PerProcessState):
         return Judgement(Verdicts(contexts=contexts, missing=[], claims=claims), usage)
 
 
-class CountingProcessor(SpanProcessor):
-    """The 'exporting' processor of the unit tests: records every span handed to it."""
+class _Counting:
+    """Records every span handed on, and the flushes and shutdowns."""
 
     def __init__(self) -> None:
         self.spans: list[ReadableSpan] = []
@@ -87,9 +90,9 @@ class CountingProcessor(SpanProcessor):
         self.flushes = 0
         self.shutdowns = 0
 
-    def on_end(self, span: ReadableSpan) -> None:
+    def _record(self, spans: Sequence[ReadableSpan]) -> None:
         with self._lock:
-            self.spans.append(span)
+            self.spans.extend(spans)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self.flushes += 1
@@ -105,6 +108,21 @@ class CountingProcessor(SpanProcessor):
     def by_name(self, name: str) -> list[ReadableSpan]:
         with self._lock:
             return [s for s in self.spans if s.name == name]
+
+
+class CountingProcessor(_Counting, SpanProcessor):
+    """The 'exporting' processor of the unit tests: records every span handed to it."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._record((span,))
+
+
+class CountingExporter(_Counting, SpanExporter):
+    """The exporter behind `RagScoringSpanExporter` in the unit tests: records every span exported."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self._record(spans)
+        return SpanExportResult.SUCCESS
 
 
 def documents(texts: Sequence[str]) -> str:
@@ -186,17 +204,46 @@ def provider_with(processor: SpanProcessor) -> TracerProvider:
     return provider
 
 
-class Rig:
-    """A RagScoringSpanProcessor (100 % sampling, fast ticks) on a real provider, exporting to a counter."""
+Placement = Literal["processor", "exporter"]
 
-    def __init__(self, judge: ScriptedJudge | None = None, **options: object) -> None:
-        self.out = CountingProcessor()
+
+class Rig:
+    """Scoring (100 % sampling, fast ticks) on a real provider, handing spans to a counter.
+
+    placement="processor": a RagScoringSpanProcessor in front of a counting processor; "exporter": a
+    ScoringBatchSpanProcessor (10 ms batches) with a RagScoringSpanExporter in front of a counting exporter.
+    Either way `proc` is the scoring processor (its counts) and `out` the counter.
+    """
+
+    def __init__(
+        self, judge: ScriptedJudge | None = None, placement: Placement = "processor", **options: object
+    ) -> None:
         self.judge = judge or ScriptedJudge()
         options.setdefault("sampler", Sampler(rate=1.0))
         options.setdefault("tick_interval", 0.01)
-        self.proc = RagScoringSpanProcessor(self.out, judge=self.judge, **options)  # type: ignore[arg-type]
-        self.provider: TracerProvider = provider_with(self.proc)
+        self.out: _Counting
+        entry: SpanProcessor
+        if placement == "exporter":
+            self.out = CountingExporter()
+            self.scoring = RagScoringSpanExporter(self.out, judge=self.judge, **options)
+            self.proc = self.scoring.processor
+            entry = ScoringBatchSpanProcessor(self.scoring, schedule_delay_millis=10)
+        else:
+            self.out = CountingProcessor()
+            self.proc = entry = RagScoringSpanProcessor(self.out, judge=self.judge, **options)  # type: ignore[arg-type]
+        self.placement = placement
+        self.provider: TracerProvider = provider_with(entry)
         self.tracer: Tracer = self.provider.get_tracer("test")
+
+    def end(self, span: ReadableSpan) -> None:
+        """Hand over a span as the SDK would: to the processor's on_end, or in a batch to the exporter."""
+        if self.placement == "exporter":
+            self.scoring.export([span])
+        else:
+            self.proc.on_end(span)
+
+    def flush(self, timeout_millis: int = 2000) -> bool:
+        return self.provider.force_flush(timeout_millis)
 
     def exported_once(self, ids: list[int]) -> bool:
         counts = Counter(self.out.ids())
@@ -207,7 +254,7 @@ class Rig:
         end = time.monotonic() + timeout
         while len(self.out.spans) < n and time.monotonic() < end:
             time.sleep(0.01)
-        assert self.proc.force_flush(2000)
+        assert self.flush()
 
     def assert_exactly_once(self, ids: list[int]) -> None:
         counts = Counter(self.out.ids())

@@ -14,13 +14,16 @@ from opentelemetry.trace import Tracer, set_span_in_context
 from tests.live.fakes import Rig, ScriptedJudge, documents, output_messages, rag_trace
 
 
-@pytest.fixture(params=["thread", "process"])
+@pytest.fixture(params=[("processor", "thread"), ("processor", "process"), ("exporter", "thread"),
+                        ("exporter", "process")], ids="-".join)
 def rig(rig: Callable[..., Rig], request: pytest.FixtureRequest) -> Callable[..., Rig]:
-    """Every hostile case with both workers: in a thread, and in a scoring process of its own."""
+    """Every hostile case with both workers (a thread, a scoring process of its own), in front of the
+    exporting processor and behind the batching."""
 
     def make(judge: ScriptedJudge | None = None, **options: object) -> Rig:
-        options.setdefault("worker", request.param)
-        return rig(judge, **options)
+        placement, worker = request.param
+        options.setdefault("worker", worker)
+        return rig(judge, placement=placement, **options)
 
     return make
 
@@ -94,8 +97,8 @@ def test_unicode_garbage(rig: Callable[..., Rig]) -> None:
 def test_spans_without_context_or_parent_info(rig: Callable[..., Rig]) -> None:
     r = rig()
     bare = ReadableSpan(name="no context")  # no context at all
-    r.proc.on_end(bare)
-    r.proc.on_end(None)  # type: ignore[arg-type]  # not even a span: must not raise
+    r.end(bare)
+    r.end(None)  # type: ignore[arg-type]  # not even a span: must not raise
     assert r.out.spans == [bare, None]  # both handed on as they came
     r.out.spans.clear()
     ids = []
@@ -141,6 +144,6 @@ def test_a_raising_judge_under_load_keeps_memory_bounded(rig: Callable[..., Rig]
     r.settle(len(ids))
     r.assert_exactly_once(ids)
     assert r.proc.decisions.get("error", 0) >= 2
-    slow.proc.force_flush(200)
+    slow.flush(200)
     slow.assert_exactly_once(slow_ids)
     assert slow.proc.decisions.get("queue_full", 0) > 0

@@ -1,10 +1,12 @@
-"""End to end over real sockets: TracerProvider -> RagScoringSpanProcessor -> BatchSpanProcessor -> the
-SDK's own OTLP exporters (gRPC and HTTP) -> a real OTLP receiver on 127.0.0.1; metrics likewise."""
+"""End to end over real sockets: TracerProvider -> RagScoringSpanProcessor -> BatchSpanProcessor (or
+ScoringBatchSpanProcessor -> RagScoringSpanExporter) -> the SDK's own OTLP exporters (gRPC and HTTP) -> a
+real OTLP receiver on 127.0.0.1; metrics likewise."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetricExporter
@@ -18,32 +20,38 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind
 
+from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from tests.live.fakes import ScriptedJudge, plain_trace, rag_trace
+from tests.live.fakes import Placement, ScriptedJudge, plain_trace, rag_trace
 from tests.servers.otlp import OtlpReceiver, ReceivedSpan
 
 
 class App:
     """An instrumented app as a user would wire it, pointed at the receiver."""
 
-    def __init__(self, span_exporter: SpanExporter, metric_exporter: MetricExporter, **options: object) -> None:
+    def __init__(
+        self, span_exporter: SpanExporter, metric_exporter: MetricExporter, placement: Placement = "processor",
+        **options: object,
+    ) -> None:
         resource = Resource.create({"service.name": "rag-app"})
         self.meter_provider = MeterProvider(
             resource=resource,
             metric_readers=[PeriodicExportingMetricReader(metric_exporter, export_interval_millis=200)],
         )
-        self.processor = RagScoringSpanProcessor(
-            BatchSpanProcessor(span_exporter, schedule_delay_millis=50),
-            judge=ScriptedJudge(),
-            sampler=Sampler(rate=1.0),
-            metrics=RagtraceMetrics(self.meter_provider),
-            tick_interval=0.01,
-            **options,  # type: ignore[arg-type]
-        )
+        scoring: dict[str, Any] = {
+            "judge": ScriptedJudge(), "sampler": Sampler(rate=1.0), "metrics": RagtraceMetrics(self.meter_provider),
+            "tick_interval": 0.01, **options,
+        }
         self.provider = TracerProvider(resource=resource)
-        self.provider.add_span_processor(self.processor)
+        if placement == "exporter":  # behind the batching
+            exporter = RagScoringSpanExporter(span_exporter, **scoring)
+            self.provider.add_span_processor(ScoringBatchSpanProcessor(exporter, schedule_delay_millis=50))
+        else:  # in front of the exporting processor
+            self.provider.add_span_processor(
+                RagScoringSpanProcessor(BatchSpanProcessor(span_exporter, schedule_delay_millis=50), **scoring)
+            )
         self.tracer = self.provider.get_tracer("rag-app")
 
     def close(self) -> None:
@@ -51,13 +59,19 @@ class App:
         self.meter_provider.shutdown()
 
 
-@pytest.fixture(params=["thread", "process"])
+PLACEMENTS = ["processor", "exporter"]
+
+
+@pytest.fixture(params=[(p, w) for p in PLACEMENTS for w in ("thread", "process")], ids="-".join)
 def grpc_app(otlp_receiver: OtlpReceiver, request: pytest.FixtureRequest) -> Iterator[App]:
-    """The app exporting over gRPC, scoring in a worker thread or in a scoring process of its own."""
+    """The app exporting over gRPC; ragtrace in front of the exporting processor or behind the batching,
+    scoring in a worker thread or in a scoring process of its own."""
+    placement, worker = request.param
     app = App(
         GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
         GrpcMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
-        worker=request.param,
+        placement,
+        worker=worker,
     )
     yield app
     app.close()
@@ -130,10 +144,12 @@ def test_judge_failure_arrives_as_status_not_as_loss(grpc_app: App, otlp_receive
     assert {e["error.type"] for e in retrieval.event("gen_ai.evaluation.result")} == {"rate_limited"}
 
 
-def test_scores_arrive_over_http(otlp_receiver: OtlpReceiver) -> None:
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_scores_arrive_over_http(otlp_receiver: OtlpReceiver, placement: Placement) -> None:
     app = App(
         HttpSpanExporter(endpoint=f"{otlp_receiver.http_endpoint}/v1/traces"),
         HttpMetricExporter(endpoint=f"{otlp_receiver.http_endpoint}/v1/metrics"),
+        placement,
     )
     try:
         ids = rag_trace(app.tracer, docs=("good doc", "noise", "good again"), plain=3)
@@ -147,10 +163,12 @@ def test_scores_arrive_over_http(otlp_receiver: OtlpReceiver) -> None:
         app.close()
 
 
-def test_link_mode_over_grpc(otlp_receiver: OtlpReceiver) -> None:
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_link_mode_over_grpc(otlp_receiver: OtlpReceiver, placement: Placement) -> None:
     app = App(
         GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
         GrpcMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
+        placement,
         mode="link",
     )
     try:
