@@ -1,9 +1,18 @@
-"""What ragtrace costs the app: throughput with and without the scoring processor, A/B in one process.
+"""What ragtrace costs the app: throughput with and without it, A/B in one process.
 
 Workload per trace: a root, 2 plain children, 1 retrieval (5 documents), 1 generation = 5 spans, through
-a real TracerProvider into a BatchSpanProcessor with a null exporter. The ragtrace variants put a
-RagScoringSpanProcessor (10 % sampling, a judge that answers at once) in front, scoring in a worker thread
-(`worker="thread"`, the default) or in a scoring process of its own (`worker="process"`).
+a real TracerProvider into a BatchSpanProcessor with a null exporter. Each ragtrace configuration
+(10 % sampling, a judge that answers at once) is `<placement>/<worker>`:
+
+- placement `processor`: a RagScoringSpanProcessor in front of the BatchSpanProcessor, looking at every
+  span on the app's thread; `exporter`: a ScoringBatchSpanProcessor (the SDK's BatchSpanProcessor) with a
+  RagScoringSpanExporter in front of the null exporter, looking at the spans a batch at a time on the
+  batching thread;
+- worker `thread` (the default): scoring in a thread of the app's process; `process`: in a scoring
+  process of its own.
+
+The top-level figures are those of `exporter/process`, the configuration the README recommends for
+production (`config` names it); `by_config` has all four, against the same baseline.
 
 The machine is shared: its speed drifts by tens of percent within seconds, so two measures are taken.
 
@@ -24,8 +33,8 @@ The machine is shared: its speed drifts by tens of percent within seconds, so tw
 With worker="process" the scoring process's own CPU runs on another core and is in neither measure.
 `on_end_p99_us` times the processor's own `on_end`, warm, outside any app.
 
-    python bench/overhead.py                    # prints JSON: both workers; top-level figures: the thread's
-    python bench/overhead.py --worker process   # the scoring process only
+    python bench/overhead.py                    # prints JSON: all four configurations
+    python bench/overhead.py --placement exporter --worker process   # one configuration only
     python bench/overhead.py --app-work 7       # plus ~1 ms of the app's own CPU per trace
 """
 
@@ -57,11 +66,14 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Tracer, set_span_in_context
 
 from ragtrace.judges.base import Judgement, JudgeRequest
+from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextVerdict, JudgeUsage, Verdicts
 
 # the processor's default tick interval (seconds)
+# The configuration the README recommends for production: behind the batching, scoring in a process of its own.
+PRODUCTION = "exporter/process"
 TICK_S: float = inspect.signature(RagScoringSpanProcessor).parameters["tick_interval"].default
 DOCS = json.dumps([
     {"id": f"doc-{i}", "score": 0.9 - i / 10, "content": f"passage {i} " + "lorem ipsum dolor sit amet " * 8}
@@ -178,27 +190,37 @@ class ForwardOnly(SpanProcessor):
 
 
 class Variant:
-    """One provider and the background threads it started (exporter, ragtrace worker)."""
+    """One provider and the background threads it started (exporter, ragtrace worker).
+
+    placement="processor": a RagScoringSpanProcessor in front of the BatchSpanProcessor; "exporter": a
+    ScoringBatchSpanProcessor with a RagScoringSpanExporter in front of the null exporter."""
 
     def __init__(
         self, with_ragtrace: bool, rate: float = 0.1, worker: str = "thread", forward_only: bool = False,
-        tick_interval: float = TICK_S,
+        tick_interval: float = TICK_S, placement: str = "processor",
     ) -> None:
         before = set(threading.enumerate())
-        self.exporting = exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+        self.placement = placement
         self.provider = TracerProvider()
         self.processor: RagScoringSpanProcessor | None = None
+        self.exporting: BatchSpanProcessor
         if with_ragtrace:
             # A scoring process imports the judge's class: take it from this file imported as a module,
             # not from __main__.
             judge = importlib.import_module("overhead").FixedJudge() if worker == "process" else FixedJudge()
-            self.processor = RagScoringSpanProcessor(
-                exporting, judge=judge, sampler=Sampler(rate), worker=worker,  # type: ignore[arg-type]
-                tick_interval=tick_interval,
-            )
-            self.provider.add_span_processor(self.processor)
+            options = {"judge": judge, "sampler": Sampler(rate), "worker": worker, "tick_interval": tick_interval}
+            if placement == "exporter":
+                scoring = RagScoringSpanExporter(NullExporter(), **options)
+                self.processor = scoring.processor
+                self.exporting = ScoringBatchSpanProcessor(scoring, max_queue_size=100_000)
+                self.provider.add_span_processor(self.exporting)
+            else:
+                self.exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+                self.processor = RagScoringSpanProcessor(self.exporting, **options)  # type: ignore[arg-type]
+                self.provider.add_span_processor(self.processor)
         else:
-            self.provider.add_span_processor(ForwardOnly(exporting) if forward_only else exporting)
+            self.exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+            self.provider.add_span_processor(ForwardOnly(self.exporting) if forward_only else self.exporting)
         self.tracer = self.provider.get_tracer("bench")
         self.threads = [t for t in threading.enumerate() if t not in before]
 
@@ -211,8 +233,7 @@ class Variant:
         The time is the wall time of producing the traces plus the CPU the process then spends until
         ragtrace holds no span and the exporter has exported everything: the backlog is paid inside the
         block, while idle waits (for the worker's next tick, or a scoring process's answers) cost a
-        running app nothing. The wait is a poll whose own CPU is left out, not `force_flush`: a running
-        app does not flush after every thousand requests, and a flush has fixed costs of its own.
+        running app nothing.
         """
         background = [thread_cpu(t) for t in self.threads]
         wall, app = time.perf_counter(), time.thread_time()
@@ -224,14 +245,26 @@ class Variant:
         return wall / n * 1e6, app / n * 1e6, spent / n * 1e6
 
     def settle(self, timeout: float = 60.0) -> float:
-        """Wait until ragtrace holds no span (every trace scored and forwarded), then export the rest.
-        Returns the CPU seconds the process spent on it, less this thread's polling."""
+        """`drain`, returning the CPU seconds the process spent on it, less this thread's polling."""
         busy, polling = time.process_time(), time.thread_time()
+        exporting = self.drain(timeout)
+        return (time.process_time() - busy) - (time.thread_time() - polling) + exporting
+
+    def drain(self, timeout: float = 60.0) -> float:
+        """Export everything, waiting until ragtrace holds nothing; returns this thread's CPU seconds spent
+        exporting (the polling left out). Only the SDK's batching is flushed, never ragtrace (whose flush
+        closes traces early and has fixed costs of its own): a running app does not flush every thousand
+        requests. Behind the batching, the batches go first, and what ragtrace holds goes out by itself."""
+        flushing = time.thread_time()
+        if self.placement == "exporter":
+            BatchSpanProcessor.force_flush(self.exporting, 60_000)
+            spent = time.thread_time() - flushing
+            self.wait_scored(timeout)
+            return spent
         self.wait_scored(timeout)
-        spent = (time.process_time() - busy) - (time.thread_time() - polling)
-        exporting = time.process_time()
+        flushing = time.thread_time()
         self.exporting.force_flush(60_000)
-        return spent + time.process_time() - exporting
+        return time.thread_time() - flushing
 
     def wait_scored(self, timeout: float = 60.0) -> None:
         if self.processor is not None:
@@ -256,12 +289,18 @@ def with_app_work(build: Callable[[Tracer], None], rounds: int) -> Callable[[Tra
     return traced
 
 
+def scoring(config: str, rate: float, tick_interval: float = TICK_S) -> Variant:
+    """A ragtrace variant from its configuration's name, `<placement>/<worker>` (e.g. exporter/process)."""
+    placement, worker = config.split("/")
+    return Variant(True, rate, worker, tick_interval=tick_interval, placement=placement)
+
+
 def wall_blocks(
-    build: Callable[[Tracer], None], rounds: int, n: int, rate: float, workers: Sequence[str]
+    build: Callable[[Tracer], None], rounds: int, n: int, rate: float, configs: Sequence[str]
 ) -> dict[str, dict[str, object]]:
     """The direct measure: wall time of blocks of n traces (plus the CPU that settles them), without
-    ragtrace and with each worker, shuffled every round; one paired ratio per round and worker."""
-    variants = {"without": Variant(False), **{worker: Variant(True, rate, worker) for worker in workers}}
+    ragtrace and with each configuration, shuffled every round; one paired ratio per round and configuration."""
+    variants = {"without": Variant(False), **{config: scoring(config, rate) for config in configs}}
     for variant in variants.values():  # warm up
         variant.block(build, n)
     got: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
@@ -271,9 +310,9 @@ def wall_blocks(
         for name in order:
             got[name].append(variants[name].block(build, n))
     out: dict[str, dict[str, object]] = {}
-    for worker in workers:
-        ratios = [a[0] / b[0] for a, b in zip(got["without"], got[worker], strict=True)]
-        out[worker] = {"ratio": round(statistics.median(ratios), 4), "ratio_quartiles": quartiles(ratios)}
+    for config in configs:
+        ratios = [a[0] / b[0] for a, b in zip(got["without"], got[config], strict=True)]
+        out[config] = {"ratio": round(statistics.median(ratios), 4), "ratio_quartiles": quartiles(ratios)}
     for variant in variants.values():
         variant.provider.shutdown()
     return out
@@ -301,7 +340,7 @@ def shuffled_rounds(
 
 
 def interleaved(
-    build: Callable[[Tracer], None], rounds: int, n: int, segments: int, rate: float, workers: Sequence[str]
+    build: Callable[[Tracer], None], rounds: int, n: int, segments: int, rate: float, configs: Sequence[str]
 ) -> dict[str, dict[str, object]]:
     """The precise measure: CPU per trace, with the variants interleaved every n traces.
 
@@ -325,12 +364,11 @@ def interleaved(
     the floor of any wrapping design.
     """
     variants = {"without": Variant(False), "twin": Variant(False), "forward_only": Variant(False, forward_only=True)}
-    tick = TICK_S * (len(variants) + len(workers))
-    variants.update({worker: Variant(True, rate, worker, tick_interval=tick) for worker in workers})
+    tick = TICK_S * (len(variants) + len(configs))
+    variants.update({config: scoring(config, rate, tick) for config in configs})
     names = list(variants)
     for variant in variants.values():  # warm up
         variant.block(build, n)
-        variant.wait_scored()
     decided = {name: Counter(variant.processor.decisions) for name, variant in variants.items() if variant.processor}
     gc.collect()
     gc.disable()  # collections are triggered by any variant's allocations, and would land on whichever runs
@@ -341,11 +379,8 @@ def interleaved(
             background = {name: variants[name].background_cpu() for name in names}
             app = shuffled_rounds(variants, build, per_segment, n)
             for name in names:
-                variant = variants[name]
-                variant.wait_scored()  # its threads' CPU is on their clocks
-                flushing = time.thread_time()
-                variant.exporting.force_flush(60_000)  # what is left to export, on this thread
-                app[name] += time.thread_time() - flushing
+                # waiting is on its threads' clocks; what is left to export runs on this thread
+                app[name] += variants[name].drain()
             for name in names:
                 spent = variants[name].background_cpu() - background[name]
                 traces = per_segment * n
@@ -377,10 +412,10 @@ def interleaved(
     return out
 
 
-def idle_cpu(workers: Sequence[str], seconds: float = 2.0) -> dict[str, float]:
+def idle_cpu(configs: Sequence[str], seconds: float = 2.0) -> dict[str, float]:
     """CPU µs per second that ragtrace's background threads take while the app sends nothing (after the
-    worker has had time to slow down), per worker; the exporter's idle cost is subtracted."""
-    variants = {"without": Variant(False), **{worker: Variant(True, 0.1, worker) for worker in workers}}
+    worker has had time to slow down), per configuration; the exporter's idle cost is subtracted."""
+    variants = {"without": Variant(False), **{config: scoring(config, 0.1) for config in configs}}
     for variant in variants.values():
         variant.block(rag_trace, 20)
     time.sleep(2.0)  # an idle worker halves its pace each tick, down to once a second
@@ -389,7 +424,7 @@ def idle_cpu(workers: Sequence[str], seconds: float = 2.0) -> dict[str, float]:
     spent = {name: (variant.background_cpu() - before[name]) / seconds * 1e6 for name, variant in variants.items()}
     for variant in variants.values():
         variant.provider.shutdown()
-    return {worker: round(spent[worker] - spent["without"], 1) for worker in workers}
+    return {config: round(spent[config] - spent["without"], 1) for config in configs}
 
 
 def on_end_times(n_traces: int) -> list[float]:
@@ -422,52 +457,60 @@ def main() -> None:
     parser.add_argument("--app-work", type=int, default=0,
                         help="JSON round trips of a 2 KB payload per trace, to stand for an app's own work "
                              "(0: the bare 5-span workload the targets are set on)")
+    parser.add_argument("--placement", choices=("processor", "exporter", "both"), default="both",
+                        help="where ragtrace sits: in front of the exporting processor (RagScoringSpanProcessor), "
+                             "behind the batching (RagScoringSpanExporter), or both against the same baseline")
     parser.add_argument("--worker", choices=("thread", "process", "both"), default="both",
                         help="where scoring runs: a thread of the app's process, a scoring process of its own, "
-                             "or both against the same baseline (the top-level figures are then the thread's)")
+                             "or both against the same baseline")
     args = parser.parse_args()
+    placements = ("processor", "exporter") if args.placement == "both" else (args.placement,)
     workers = ("thread", "process") if args.worker == "both" else (args.worker,)
+    configs = [f"{placement}/{worker}" for placement in placements for worker in workers]
 
     workloads = {"rag": with_app_work(rag_trace, args.app_work), "non_rag": with_app_work(plain_trace, args.app_work)}
     cpu = {
-        name: interleaved(build, args.rounds, args.traces, args.segments, args.rate, workers)
+        name: interleaved(build, args.rounds, args.traces, args.segments, args.rate, configs)
         for name, build in workloads.items()
     }
     wall = {
-        name: wall_blocks(build, args.wall_rounds, args.wall_traces, args.rate, workers) if args.wall_rounds else {}
+        name: wall_blocks(build, args.wall_rounds, args.wall_traces, args.rate, configs) if args.wall_rounds else {}
         for name, build in workloads.items()
     }
-    idle = idle_cpu(workers)
+    idle = idle_cpu(configs)
     times = sorted(on_end_times(4000))
     p = lambda q: times[min(int(q * len(times)), len(times) - 1)]  # noqa: E731
 
-    def figures(worker: str) -> dict[str, object]:
-        rag = cpu["rag"][worker]
+    def figures(config: str) -> dict[str, object]:
+        rag = cpu["rag"][config]
         background = float(rag["background_extra_us_per_trace"])  # type: ignore[arg-type]
         # Under the GIL, ratio ~= app / (app + extra): the app CPU per trace at which this rate costs 10 %.
         extra_per_trace = float(rag["app_thread_extra_us_per_trace"]) + background  # type: ignore[arg-type]
         return {
             "ratio_rag_10pct": rag["ratio"],
-            "ratio_non_rag": cpu["non_rag"][worker]["ratio"],
+            "ratio_non_rag": cpu["non_rag"][config]["ratio"],
             # the app's process only: with worker="process" the scoring process's CPU is not counted
             "worker_cpu_us_per_sampled_trace": round(background / args.rate, 1) if args.rate > 0 else None,
             "app_cpu_us_per_trace_for_ratio_0_90": round(9 * extra_per_trace, 1),
             "rag": rag,
-            "non_rag": cpu["non_rag"][worker],
-            "wall_blocks": {name: got.get(worker) for name, got in wall.items()},
-            "idle_worker_cpu_us_per_s": idle[worker],
+            "non_rag": cpu["non_rag"][config],
+            "wall_blocks": {name: got.get(config) for name, got in wall.items()},
+            "idle_worker_cpu_us_per_s": idle[config],
         }
 
-    primary = figures(workers[0])
+    # The top-level figures are the production configuration's when it was measured (see the docstring).
+    primary_config = PRODUCTION if PRODUCTION in configs else configs[0]
+    primary = figures(primary_config)
     print(json.dumps({
         "ratio_rag_10pct": primary["ratio_rag_10pct"],
         "ratio_non_rag": primary["ratio_non_rag"],
+        "config": primary_config,
+        # RagScoringSpanProcessor.on_end; behind the batching the app's thread runs no ragtrace code
         "on_end_p99_us": round(p(0.99), 2),
         "on_end_p50_us": round(p(0.50), 2),
         "on_end_max_us": round(times[-1], 2),
         **{k: v for k, v in primary.items() if k not in ("ratio_rag_10pct", "ratio_non_rag")},
-        "worker": workers[0],
-        "by_worker": {worker: figures(worker) for worker in workers},
+        "by_config": {config: figures(config) for config in configs},
         "twin": {name: got["twin"] for name, got in cpu.items()},  # the estimator's own error: should be 1.00
         # a processor that only forwards: the floor of any design that wraps the exporting processor
         "forward_only": {name: got["forward_only"] for name, got in cpu.items()},

@@ -1,7 +1,7 @@
 """ragtrace: score the retrieval quality of RAG applications on live traffic, inside OpenTelemetry.
 
     ragtrace.install(tracer_provider, judge="local")        # live, in front of your exporter
-    ScoringBatchSpanProcessor(RagScoringSpanExporter(exporter, judge=...))  # live, behind the batching
+    provider.add_span_processor(ragtrace.scoring_batch_processor(exporter))   # live, behind the batching
     ragtrace.evaluate(samples, judge="local")               # offline, on a dataset
     ragtrace.create_context_precision_scorer(model=..., options={"context": [...]}).run(run)
 
@@ -26,7 +26,13 @@ from ragtrace.scoring import (
 if TYPE_CHECKING:
     from ragtrace.judges.llm import LLMJudge
     from ragtrace.judges.local import LocalJudge
-    from ragtrace.live import RagScoringSpanExporter, RagScoringSpanProcessor, ScoringBatchSpanProcessor, install
+    from ragtrace.live import (
+        RagScoringSpanExporter,
+        RagScoringSpanProcessor,
+        ScoringBatchSpanProcessor,
+        install,
+        scoring_batch_processor,
+    )
     from ragtrace.offline import (
         aevaluate,
         create_context_precision_scorer,
@@ -42,6 +48,7 @@ _LAZY = {
     "RagScoringSpanProcessor": "ragtrace.live",
     "RagScoringSpanExporter": "ragtrace.live",
     "ScoringBatchSpanProcessor": "ragtrace.live",
+    "scoring_batch_processor": "ragtrace.live",
     "evaluate": "ragtrace.offline",
     "aevaluate": "ragtrace.offline",
     "create_context_precision_scorer": "ragtrace.offline",
@@ -79,4 +86,5 @@ __all__ = [
     "create_context_relevance_scorer",
     "evaluate",
     "install",
+    "scoring_batch_processor",
 ]

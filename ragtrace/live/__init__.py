@@ -7,7 +7,7 @@ from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler, SamplingRule
-from ragtrace.live.setup import RagtraceSettings, auto_install, install
+from ragtrace.live.setup import RagtraceSettings, auto_install, install, scoring_batch_processor
 
 __all__ = [
     "DriftConfig",
@@ -25,4 +25,5 @@ __all__ = [
     "ScoringBatchSpanProcessor",
     "auto_install",
     "install",
+    "scoring_batch_processor",
 ]

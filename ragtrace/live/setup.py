@@ -1,12 +1,16 @@
-"""`install()`: put the scoring processor in front of a TracerProvider's exporters; `RAGTRACE_*` settings.
+"""`install()` and `scoring_batch_processor()`: put scoring into a TracerProvider's pipeline; `RAGTRACE_*` settings.
 
-The SDK has no public way to insert a processor *in front of* others (`add_span_processor` only
-appends), yet enrich mode must see a span before the exporter does. So `install` replaces the
-processors inside the provider's active multi-span-processor by one `RagScoringSpanProcessor` that
-wraps them all. This touches `TracerProvider._active_span_processor` and its `_span_processors`
-tuple (private since SDK 1.0, stable in practice); it is done under that processor's own lock, by
-swapping the tuple exactly as `add_span_processor` does. Processors added after `install` are not
-wrapped: they see spans unscored, at once.
+`scoring_batch_processor()` builds a BatchSpanProcessor whose exporter scores (`RagScoringSpanExporter`):
+the app's threads then run no ragtrace code. Use it where you build the pipeline yourself.
+
+`install()` puts a `RagScoringSpanProcessor` in front of the processors a provider already has. The SDK
+has no public way to insert a processor *in front of* others (`add_span_processor` only appends), yet
+enrich mode must see a span before the exporter does. So `install` replaces the processors inside the
+provider's active multi-span-processor by one `RagScoringSpanProcessor` that wraps them all. This touches
+`TracerProvider._active_span_processor` and its `_span_processors` tuple (private since SDK 1.0, stable in
+practice); it is done under that processor's own lock, by swapping the tuple exactly as
+`add_span_processor` does. Processors added after `install` are not wrapped: they see spans unscored, at
+once.
 
 `OTEL_EXPORTER_OTLP_*` and the rest of the exporter configuration are left to the SDK.
 """
@@ -21,11 +25,13 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
+from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.otlp import otlp_span_exporter
 from ragtrace.live.processor import Mode, RagScoringSpanProcessor, Target, WorkerKind
@@ -140,8 +146,6 @@ class RagtraceSettings(BaseModel):
 
 def _default_exporting() -> SpanProcessor:
     """What a provider with no processor would normally get: OTLP export, configured by OTEL_* env."""
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
     return BatchSpanProcessor(otlp_span_exporter())
 
 
@@ -155,6 +159,41 @@ def _sdk_provider(tracer_provider: TracerProvider | None) -> TracerProvider:
     provider.add_span_processor(_default_exporting())
     trace.set_tracer_provider(provider)
     return provider
+
+
+def _settings_with(settings: RagtraceSettings | None, options: dict[str, Any]) -> tuple[RagtraceSettings, bool]:
+    """Settings (default: `RAGTRACE_*` env vars) with the RagtraceSettings fields among `options` (taken
+    out of it) applied, checked like the env vars; and whether `concurrency` was chosen."""
+    settings = settings if settings is not None else RagtraceSettings.from_env()
+    overrides = {name: options.pop(name) for name in list(options) if name in RagtraceSettings.model_fields}
+    concurrency_chosen = "concurrency" in settings.model_fields_set or "concurrency" in overrides
+    if overrides:  # e.g. install(provider, sample_rate=1.0): a setting, checked like the env var would be
+        settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
+    if not settings.enabled:
+        logger.info("ragtrace: disabled by settings (RAGTRACE_ENABLED=false)")
+    return settings, concurrency_chosen
+
+
+def _scoring_options(
+    settings: RagtraceSettings,
+    concurrency_chosen: bool,
+    judge: str | Judge | None,
+    meter_provider: MeterProvider | None,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """The scoring keyword arguments, judge and metrics included; `options` (scoring arguments) last."""
+    spec = settings.judge if judge is None else judge
+    is_llm = isinstance(spec, str) and not (spec == "local" or spec.startswith("local/"))
+    judge_options = {"api_base": settings.judge_api_base} if is_llm and settings.judge_api_base else {}
+    kwargs = settings.processor_options()
+    kwargs["judge"] = resolve_judge(spec, **judge_options)
+    if not is_llm and isinstance(spec, str) and not concurrency_chosen:
+        # The local judge is CPU work (~0.35 s a sample) on the app's own cores: one sample at a time in
+        # the app's process unless asked otherwise (the gateway, a process of its own, keeps the default).
+        kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
+    kwargs["metrics"] = settings.build_metrics(meter_provider)
+    kwargs.update(options)
+    return kwargs
 
 
 def install(
@@ -173,13 +212,8 @@ def install(
     RAGTRACE_ENABLED is false. Installing twice on one provider returns the first processor.
     With the local judge, `concurrency` defaults to 1 rather than 8: it is CPU work in the app's process.
     """
-    settings = settings if settings is not None else RagtraceSettings.from_env()
-    overrides = {name: options.pop(name) for name in list(options) if name in RagtraceSettings.model_fields}
-    concurrency_chosen = "concurrency" in settings.model_fields_set or "concurrency" in overrides
-    if overrides:  # e.g. install(provider, sample_rate=1.0): a setting, checked like the env var would be
-        settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
+    settings, concurrency_chosen = _settings_with(settings, options)
     if not settings.enabled:
-        logger.info("ragtrace: disabled by settings (RAGTRACE_ENABLED=false)")
         return None
     provider = _sdk_provider(tracer_provider)
     active = provider._active_span_processor
@@ -193,19 +227,7 @@ def install(
         if isinstance(processor, RagScoringSpanProcessor):
             logger.warning("ragtrace: already installed on this TracerProvider")
             return processor
-
-    spec = settings.judge if judge is None else judge
-    is_llm = isinstance(spec, str) and not (spec == "local" or spec.startswith("local/"))
-    judge_options = {"api_base": settings.judge_api_base} if is_llm and settings.judge_api_base else {}
-    resolved = resolve_judge(spec, **judge_options)
-    kwargs = settings.processor_options()
-    if not is_llm and isinstance(spec, str) and not concurrency_chosen:
-        # The local judge is CPU work (~0.35 s a sample) on the app's own cores: one sample at a time in
-        # the app's process unless asked otherwise (the gateway, a process of its own, keeps the default).
-        kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
-    kwargs["metrics"] = settings.build_metrics(meter_provider)
-    kwargs.update(options)
-
+    kwargs = _scoring_options(settings, concurrency_chosen, judge, meter_provider, options)
     with active._lock:
         wrapped_processors = active._span_processors
         exporting: SpanProcessor
@@ -217,9 +239,32 @@ def install(
                 exporting.add_span_processor(processor)
         else:
             exporting = _default_exporting()
-        scoring = RagScoringSpanProcessor(exporting, judge=resolved, **kwargs)
+        scoring = RagScoringSpanProcessor(exporting, **kwargs)
         active._span_processors = (scoring,)
     return scoring
+
+
+def scoring_batch_processor(
+    exporter: SpanExporter | None = None,
+    *,
+    judge: str | Judge | None = None,
+    settings: RagtraceSettings | None = None,
+    meter_provider: MeterProvider | None = None,
+    batch_options: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> BatchSpanProcessor:
+    """A BatchSpanProcessor that scores RAG traces on their way to `exporter` (default: OTLP, configured by
+    `OTEL_EXPORTER_OTLP_*`): the cheapest way in, since the app's threads then run no ragtrace code.
+
+    Settings, `judge` and `options` as for `install()`; `batch_options` are the BatchSpanProcessor's
+    (`schedule_delay_millis`, ...). When RAGTRACE_ENABLED is false it is a plain BatchSpanProcessor.
+    """
+    exporter = exporter if exporter is not None else otlp_span_exporter()
+    settings, concurrency_chosen = _settings_with(settings, options)
+    if not settings.enabled:
+        return BatchSpanProcessor(exporter, **(batch_options or {}))
+    kwargs = _scoring_options(settings, concurrency_chosen, judge, meter_provider, options)
+    return ScoringBatchSpanProcessor(RagScoringSpanExporter(exporter, **kwargs), **(batch_options or {}))
 
 
 def auto_install() -> None:

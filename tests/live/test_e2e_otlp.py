@@ -197,10 +197,12 @@ def test_link_mode_over_grpc(otlp_receiver: OtlpReceiver, placement: Placement) 
         app.close()
 
 
-@pytest.mark.parametrize("worker", ["thread", "process"])
-def test_install_with_the_local_judge_over_otlp(otlp_receiver: OtlpReceiver, worker: str) -> None:
-    """The whole user path: install() on a provider that exports over OTLP, the real offline judge (in the
-    scoring process too: it pickles, and loads its model there)."""
+@pytest.mark.parametrize(("way_in", "worker"), [("install", "thread"), ("install", "process"),
+                                              ("scoring_batch_processor", "process")])
+def test_the_user_path_with_the_local_judge_over_otlp(otlp_receiver: OtlpReceiver, way_in: str, worker: str) -> None:
+    """The whole user path: install() on a provider that exports over OTLP, or scoring_batch_processor()
+    around the OTLP exporter; the real offline judge (in the scoring process too: it pickles, and loads its
+    model there)."""
     pytest.importorskip("numpy")
     try:
         from ragtrace.judges.local import LocalJudge
@@ -208,17 +210,22 @@ def test_install_with_the_local_judge_over_otlp(otlp_receiver: OtlpReceiver, wor
         LocalJudge()
     except Exception as exc:  # the model weights are an optional extra
         pytest.skip(f"local judge unavailable: {exc}")
-    from ragtrace.live.setup import RagtraceSettings, install
+    from ragtrace.live.setup import RagtraceSettings, install, scoring_batch_processor
 
     resource = Resource.create({"service.name": "rag-app"})
     meter_provider = MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(
         GrpcMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True), export_interval_millis=200)])
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(
-        GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True), schedule_delay_millis=50))
-    processor = install(provider, judge="local", settings=RagtraceSettings(sample_rate=1.0, worker=worker),  # type: ignore[arg-type]
-                        meter_provider=meter_provider)
-    assert processor is not None
+    exporter = GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True)
+    settings = RagtraceSettings(sample_rate=1.0, worker=worker)  # type: ignore[arg-type]
+    if way_in == "install":
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=50))
+        assert install(provider, judge="local", settings=settings, meter_provider=meter_provider) is not None
+    else:
+        provider.add_span_processor(scoring_batch_processor(
+            exporter, judge="local", settings=settings, meter_provider=meter_provider,
+            batch_options={"schedule_delay_millis": 50},
+        ))
     try:
         ids = rag_trace(
             provider.get_tracer("rag-app"),

@@ -28,8 +28,11 @@ def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
     # trace got its decision; a sampled one is scored by precision and relevance (recall needs a ground
     # truth, which the bench traces do not carry). The wall-time blocks have variants of their own.
     per_variant = rounds * traces
-    assert set(report["by_worker"]) == {"thread", "process"}  # both workers, against the same baseline
-    for worker in report["by_worker"].values():
+    # both placements and both workers, against the same baseline; the top level is the production one
+    assert set(report["by_config"]) == {"processor/thread", "processor/process", "exporter/thread", "exporter/process"}
+    assert report["config"] == "exporter/process"
+    assert report["ratio_rag_10pct"] == report["by_config"]["exporter/process"]["ratio_rag_10pct"]
+    for worker in report["by_config"].values():
         assert isinstance(worker["idle_worker_cpu_us_per_s"], float)
         assert worker["wall_blocks"]["rag"]["ratio"] > 0 and worker["wall_blocks"]["non_rag"]["ratio"] > 0
         rag, plain = worker["rag"]["decisions"], worker["non_rag"]["decisions"]

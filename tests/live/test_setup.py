@@ -1,4 +1,5 @@
-"""install() and RAGTRACE_* settings: wrapping a real provider's processors, env parsing, clear errors."""
+"""install(), scoring_batch_processor() and RAGTRACE_* settings: wrapping a real provider's processors,
+env parsing, clear errors."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import time
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from ragtrace.live.exporter import ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
-from ragtrace.live.setup import RagtraceSettings, install
-from tests.live.fakes import CountingProcessor, ScriptedJudge, rag_trace
+from ragtrace.live.setup import RagtraceSettings, install, scoring_batch_processor
+from tests.live.fakes import CountingExporter, CountingProcessor, ScriptedJudge, rag_trace
 
 
 def test_settings_defaults_and_env() -> None:
@@ -178,3 +181,40 @@ def test_the_local_judge_scores_one_sample_at_a_time_unless_told_otherwise(monke
     monkeypatch.delenv("RAGTRACE_CONCURRENCY")
     assert concurrency(judge="openai/judge-x", judge_api_base="http://127.0.0.1:9/v1",
                        settings=RagtraceSettings()) == RagtraceSettings().concurrency
+
+
+def test_scoring_batch_processor_reads_env_and_options_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGTRACE_SAMPLE_RATE", "0")
+    monkeypatch.setenv("RAGTRACE_MODE", "link")
+    out = CountingExporter()
+    batching = scoring_batch_processor(out, judge=ScriptedJudge(), sample_rate=1.0, mode="enrich",
+                                       tick_interval=0.01, batch_options={"schedule_delay_millis": 10})
+    assert isinstance(batching, ScoringBatchSpanProcessor)
+    provider = TracerProvider()
+    provider.add_span_processor(batching)
+    ids = rag_trace(provider.get_tracer("t"))
+    assert provider.force_flush(5000)
+    assert sorted(out.ids()) == sorted(ids)
+    (retrieval,) = out.by_name("retrieve")
+    assert (retrieval.attributes or {})["ragtrace.eval.status"] == "scored"  # rate 1.0 and enrich from options
+    provider.shutdown()
+    assert out.shutdowns == 1
+
+
+def test_scoring_batch_processor_disabled_is_a_plain_batch_processor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGTRACE_ENABLED", "false")
+    out = CountingExporter()
+    batching = scoring_batch_processor(out, judge=ScriptedJudge())
+    assert type(batching) is BatchSpanProcessor
+    provider = TracerProvider()
+    provider.add_span_processor(batching)
+    ids = rag_trace(provider.get_tracer("t"))
+    provider.shutdown()
+    assert sorted(out.ids()) == sorted(ids)
+    assert not any("ragtrace.eval.status" in (s.attributes or {}) for s in out.spans)
+
+
+def test_scoring_batch_processor_checks_settings_like_the_env_vars() -> None:
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        scoring_batch_processor(CountingExporter(), judge=ScriptedJudge(), sample_rate=2.0,
+                                settings=RagtraceSettings())

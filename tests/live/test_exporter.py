@@ -1,0 +1,180 @@
+"""RagScoringSpanExporter behind the SDK's batching: what differs from the processor in front of it.
+
+The shared behaviour (zero loss, hostile input, OTLP end to end) is tested with both placements in
+test_zero_loss, test_bad_input and test_e2e_otlp; here: where the work runs, flush and shutdown order,
+one export at a time, suppressed instrumentation, and a failing exporter.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+
+from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
+from ragtrace.live.sampling import Sampler
+from tests.live.fakes import CountingExporter, Rig, ScriptedJudge, plain_trace, provider_with, rag_trace
+
+
+def exporter_rig(rig: Callable[..., Rig], judge: ScriptedJudge | None = None, **options: object) -> Rig:
+    return rig(judge, placement="exporter", **options)
+
+
+def test_the_app_thread_runs_no_ragtrace_code(rig: Callable[..., Rig], monkeypatch: pytest.MonkeyPatch) -> None:
+    r = exporter_rig(rig)
+    admitted_on: set[int] = set()
+    admit = r.proc._admit
+
+    def recording(spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
+        admitted_on.add(threading.get_ident())
+        return admit(spans)
+
+    monkeypatch.setattr(r.proc, "_admit", recording)
+    monkeypatch.setattr(r.proc, "on_end", lambda span: pytest.fail("on_end runs on the app thread"))
+    ids = rag_trace(r.tracer) + plain_trace(r.tracer)
+    end = time.monotonic() + 10
+    while len(r.out.spans) < len(ids) and time.monotonic() < end:  # no flush: the batching thread's own pace
+        time.sleep(0.01)
+    r.assert_exactly_once(ids)
+    assert admitted_on and threading.get_ident() not in admitted_on
+    (retrieval,) = r.out.by_name("retrieve")
+    assert (retrieval.attributes or {})["ragtrace.eval.status"] == "scored"
+
+
+def test_provider_flush_waits_for_scoring(rig: Callable[..., Rig]) -> None:
+    r = exporter_rig(rig, ScriptedJudge(default="slow", slow_s=0.3))
+    ids = rag_trace(r.tracer, query="what is good?")
+    assert r.flush(5000)
+    r.assert_exactly_once(ids)  # held spans included: flushed, not left behind
+    (retrieval,) = r.out.by_name("retrieve")
+    assert (retrieval.attributes or {})["ragtrace.eval.status"] == "scored"
+
+
+def test_a_plain_batch_processor_flush_leaves_scoring_traces_held() -> None:
+    """Why ScoringBatchSpanProcessor exists: the SDK's own force_flush never flushes its exporter."""
+    out = CountingExporter()
+    scoring = RagScoringSpanExporter(out, judge=ScriptedJudge(default="slow", slow_s=0.5),
+                                     sampler=Sampler(rate=1.0), tick_interval=0.01)
+    provider = provider_with(BatchSpanProcessor(scoring, schedule_delay_millis=10))
+    try:
+        ids = rag_trace(provider.get_tracer("t"), query="what is good?")
+        assert provider.force_flush(5000)
+        assert scoring.processor.held_spans == len(ids) and out.spans == []
+    finally:
+        provider.shutdown()  # shutdown still exports them: the batching shuts its exporter down
+    assert sorted(out.ids()) == sorted(ids)
+
+
+def test_flush_timeout_bounds_the_wait_and_forwards_unscored(rig: Callable[..., Rig]) -> None:
+    r = exporter_rig(rig, ScriptedJudge(default="hang"))
+    ids = rag_trace(r.tracer, query="what is good?")
+    started = time.monotonic()
+    r.flush(300)
+    assert time.monotonic() - started < 3.0
+    r.assert_exactly_once(ids)
+    (retrieval,) = r.out.by_name("retrieve")
+    assert (retrieval.attributes or {})["ragtrace.eval.status"] == "timeout"
+
+
+class OrderedExporter(CountingExporter):
+    """Records the order of export calls and shutdown, and any two exports running at once."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__()
+        self.delay = delay
+        self.calls: list[str] = []
+        self.running = 0
+        self.overlapped = False
+        self.suppressed: list[bool] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.running += 1
+        self.overlapped |= self.running > 1
+        self.suppressed.append(bool(otel_context.get_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY)))
+        try:
+            time.sleep(self.delay)
+            self.calls.append("export")
+            return super().export(spans)
+        finally:
+            self.running -= 1
+
+    def shutdown(self) -> None:
+        self.calls.append("shutdown")
+        super().shutdown()
+
+
+def test_shutdown_exports_what_is_held_then_shuts_the_exporter_down_once() -> None:
+    out = OrderedExporter()
+    scoring = RagScoringSpanExporter(out, judge=ScriptedJudge(default="hang"), sampler=Sampler(rate=1.0),
+                                     score_deadline=0.2, tick_interval=0.01)
+    provider = provider_with(ScoringBatchSpanProcessor(scoring, schedule_delay_millis=10))
+    ids = rag_trace(provider.get_tracer("t"), query="what is good?")
+    provider.shutdown()
+    assert sorted(out.ids()) == sorted(ids)
+    assert out.calls[-1] == "shutdown" and out.calls.count("shutdown") == 1
+    scoring.shutdown()  # again: nothing more happens
+    assert out.calls.count("shutdown") == 1
+
+
+def test_one_export_at_a_time_and_none_traced() -> None:
+    """The batching thread and the worker both export: never at once, and never with instrumentation on
+    (the SDK sets suppression around its own exports; ragtrace's worker and flush do the same)."""
+    out = OrderedExporter(delay=0.002)
+    scoring = RagScoringSpanExporter(out, judge=ScriptedJudge(), sampler=Sampler(rate=0.5), tick_interval=0.005)
+    provider = provider_with(ScoringBatchSpanProcessor(scoring, schedule_delay_millis=5, max_export_batch_size=8))
+    tracer = provider.get_tracer("t")
+    ids: list[int] = []
+    for n in range(150):
+        ids += rag_trace(tracer, query=f"q{n}") if n % 2 else plain_trace(tracer)
+        if n % 25 == 0:
+            provider.force_flush(50)  # a flush from the app's thread as well
+    provider.shutdown()
+    assert sorted(out.ids()) == sorted(ids)
+    assert not out.overlapped
+    assert out.suppressed and all(out.suppressed)
+
+
+class FailingExporter(CountingExporter):
+    """Fails every export that carries a scored span: raising, or returning FAILURE."""
+
+    def __init__(self, raises: bool) -> None:
+        super().__init__()
+        self.raises = raises
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if any("ragtrace.eval.status" in (s.attributes or {}) for s in spans):
+            if self.raises:
+                raise ConnectionError("collector gone")
+            return SpanExportResult.FAILURE
+        return super().export(spans)
+
+
+@pytest.mark.parametrize("raises", [True, False])
+def test_a_failing_exporter_is_logged_and_scoring_goes_on(raises: bool, caplog: pytest.LogCaptureFixture) -> None:
+    out = FailingExporter(raises)
+    scoring = RagScoringSpanExporter(out, judge=ScriptedJudge(), sampler=Sampler(rate=1.0), tick_interval=0.01)
+    provider = provider_with(ScoringBatchSpanProcessor(scoring, schedule_delay_millis=10))
+    tracer = provider.get_tracer("t")
+    with caplog.at_level(logging.WARNING, logger="ragtrace"):
+        for _ in range(3):
+            rag_trace(tracer)
+        assert provider.force_flush(5000)
+        plain = plain_trace(tracer)
+        assert provider.force_flush(5000)
+    provider.shutdown()
+    assert sorted(out.ids()) == sorted(plain)  # the unscored trace still went out
+    assert scoring.processor.decisions.get("scored") == 6  # 3 traces x precision and relevance
+    assert scoring.processor.held_spans == 0
+    expected = "the wrapped exporter raised" if raises else "failed to export"
+    assert any(expected in record.getMessage() for record in caplog.records)
+
+
+def test_invalid_options_fail_at_construction() -> None:
+    with pytest.raises(ValueError, match="mode must be"):
+        RagScoringSpanExporter(CountingExporter(), judge=ScriptedJudge(), mode="sideways")
