@@ -312,9 +312,34 @@ class RagScoringSpanProcessor(SpanProcessor):
             logger.exception("ragtrace: wrapped on_end failed")
 
     def _admit(self, spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
-        """`on_end` for a batch (`RagScoringSpanExporter`): holds what it holds, returns what goes on now."""
-        holds = self._holds
-        return [span for span in spans if not holds(span)]
+        """`on_end` for a batch (`RagScoringSpanExporter`): holds what it holds, returns what goes on now.
+
+        It is `_holds` unrolled over the batch (a call per span is a third of the loop's cost), and it
+        works the sampling test out once per run of spans of one trace (a batch holds a trace's spans
+        side by side, and they share the trace id's int). A test checks it decides as `_holds` does."""
+        passing: list[ReadableSpan] = []
+        bound = self._sample_bound
+        last_trace_id, sampled = None, False
+        for span in spans:
+            try:
+                if type(span) is SDK_SPAN:
+                    ctx, parent = span._context, span._parent
+                else:
+                    ctx, parent = span.context, span.parent
+                if ctx is not None:
+                    trace_id = ctx[TRACE_ID]
+                    if trace_id is not last_trace_id:
+                        last_trace_id = trace_id
+                        sampled = type(trace_id) is int and (trace_id & TRACE_ID_MASK) < bound
+                    if sampled:
+                        if self._hold(span, trace_id, parent is None or parent[IS_REMOTE]):
+                            continue
+                    elif parent is None or parent[IS_REMOTE]:  # one unsampled trace
+                        next(self._unsampled_roots.count)
+            except Exception:
+                logger.exception("ragtrace: admitting a span failed; span forwarded unscored")
+            passing.append(span)
+        return passing
 
     def _holds(self, span: ReadableSpan) -> bool:
         """True when the span is held for scoring; False: it goes on now (never raises).

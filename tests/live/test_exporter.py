@@ -2,24 +2,39 @@
 
 The shared behaviour (zero loss, hostile input, OTLP end to end) is tested with both placements in
 test_zero_loss, test_bad_input and test_e2e_otlp; here: where the work runs, flush and shutdown order,
-one export at a time, suppressed instrumentation, and a failing exporter.
+one export at a time, suppressed instrumentation, a failing exporter; and that a batch is admitted span
+by span as the processor's on_end would admit it.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry import context as otel_context
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
 from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
+from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from tests.live.fakes import CountingExporter, Rig, ScriptedJudge, plain_trace, provider_with, rag_trace
+from tests.live.fakes import (
+    CountingExporter,
+    CountingProcessor,
+    Rig,
+    ScriptedJudge,
+    documents,
+    plain_trace,
+    provider_with,
+    rag_trace,
+)
 
 
 def exporter_rig(rig: Callable[..., Rig], judge: ScriptedJudge | None = None, **options: object) -> Rig:
@@ -178,3 +193,80 @@ def test_a_failing_exporter_is_logged_and_scoring_goes_on(raises: bool, caplog: 
 def test_invalid_options_fail_at_construction() -> None:
     with pytest.raises(ValueError, match="mode must be"):
         RagScoringSpanExporter(CountingExporter(), judge=ScriptedJudge(), mode="sideways")
+
+
+class Keep(SpanProcessor):
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+
+_kept = Keep()
+_fuzz_provider = TracerProvider()
+_fuzz_provider.add_span_processor(_kept)
+_fuzz_tracer = _fuzz_provider.get_tracer("fuzz")
+
+trace_shapes = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(["retrieval", "chat", "plain", "db", "ground_truth"]), max_size=4),  # children
+        st.booleans(),  # the root's parent is remote (propagated from another service)
+        st.booleans(),  # the root ends (or the trace stays open)
+    ),
+    min_size=1, max_size=6,
+)
+CHILD_ATTRS: dict[str, dict[str, str]] = {
+    "retrieval": {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.documents": documents(["good"])},
+    "chat": {"gen_ai.operation.name": "chat"},
+    "plain": {},
+    "db": {"db.system": "postgresql"},
+    "ground_truth": {"ragtrace.ground_truth": "the truth"},
+}
+
+
+def fuzz_spans(shapes: list[tuple[list[str], bool, bool]]) -> list[ReadableSpan]:
+    _kept.spans.clear()
+    for children, remote_parent, root_ends in shapes:
+        parent = None
+        if remote_parent:
+            remote = SpanContext(random.getrandbits(128) or 1, random.getrandbits(64) or 1, is_remote=True,
+                                 trace_flags=TraceFlags(TraceFlags.SAMPLED))
+            parent = set_span_in_context(NonRecordingSpan(remote))
+        root = _fuzz_tracer.start_span("root", context=parent)
+        for kind in children:
+            with _fuzz_tracer.start_as_current_span(kind, context=set_span_in_context(root)) as child:
+                child.set_attributes(CHILD_ATTRS[kind])
+        if root_ends:
+            root.end()
+    return [*_kept.spans, ReadableSpan(name="no context")]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(shapes=trace_shapes, rate=st.sampled_from([0.0, 0.3, 1.0]), order=st.randoms(use_true_random=False),
+       cuts=st.lists(st.integers(1, 8), max_size=6))
+def test_a_batch_is_admitted_as_on_end_would_admit_each_span(
+    shapes: list[tuple[list[str], bool, bool]], rate: float, order: random.Random, cuts: list[int]
+) -> None:
+    """`_admit` unrolls `_holds` over a batch: the same spans go on, the same are held, the same counted,
+    whatever the traces, the interleaving of their spans and the cut into batches."""
+    spans = fuzz_spans(shapes)
+    if order.random() < 0.5:  # spans of several traces interleaved, as concurrent requests end them
+        order.shuffle(spans)
+    one_by_one, batched = (
+        RagScoringSpanProcessor(CountingProcessor(), judge=ScriptedJudge(), sampler=Sampler(rate), tick_interval=3600)
+        for _ in range(2)
+    )
+    try:
+        passed_one_by_one = [span for span in spans if not one_by_one._holds(span)]
+        passed_batched: list[ReadableSpan] = []
+        start = 0
+        for size in [*cuts, len(spans)]:
+            passed_batched += batched._admit(spans[start:start + size])
+            start += size
+        assert passed_batched == passed_one_by_one
+        assert batched.held_spans == one_by_one.held_spans and batched.open_traces == one_by_one.open_traces
+        assert batched.decisions == one_by_one.decisions
+    finally:
+        one_by_one.shutdown()
+        batched.shutdown()
