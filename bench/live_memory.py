@@ -6,7 +6,8 @@ unscored and counted. We report the peak RSS growth next to the bound the limits
 the measured size of one held span, plus queued jobs), and check that every span was exported exactly
 once (a count and two checksums of span ids, so the check itself costs no memory).
 
-    python bench/live_memory.py            # prints JSON; ~1-2 minutes
+    python bench/live_memory.py                        # prints JSON; ~1-2 minutes
+    python bench/live_memory.py --placement exporter   # ragtrace behind the SDK's batching
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from overhead import FixedJudge, Keep, ended_spans, rag_trace  # the same workload and judge as the overhead bench
 
+from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 
@@ -64,14 +69,15 @@ class Checksum:
     __hash__ = None  # type: ignore[assignment]
 
 
-class Exported(SpanProcessor):
+class Exported(SpanExporter):
     def __init__(self) -> None:
         self.sum = Checksum()
-        self.evaluation_spans = 0
 
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.context is not None:
-            self.sum.add(span.context.span_id)
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        for span in spans:
+            if span.context is not None:
+                self.sum.add(span.context.span_id)
+        return SpanExportResult.SUCCESS
 
 
 class Entry(SpanProcessor):
@@ -145,17 +151,27 @@ def main() -> None:
     parser.add_argument("--max-open-traces", type=int, default=5_000)
     parser.add_argument("--max-queue", type=int, default=1000)
     parser.add_argument("--score-deadline", type=float, default=5.0)
+    parser.add_argument("--placement", choices=("processor", "exporter"), default="processor",
+                        help="ragtrace in front of the exporting processor, or behind the SDK's batching")
     args = parser.parse_args()
 
     per_span = bytes_per_held_span()
     per_job = bytes_per_job()
     exported = Exported()
-    proc = RagScoringSpanProcessor(
-        exported, judge=FixedJudge(delay=1.0), sampler=Sampler(1.0), max_held_spans=args.max_held_spans,
-        max_open_traces=args.max_open_traces, max_queue=args.max_queue, score_deadline=args.score_deadline,
-        max_trace_wait=args.score_deadline,
-    )
-    entry = Entry(proc)
+    options: dict[str, Any] = {
+        "judge": FixedJudge(delay=1.0), "sampler": Sampler(1.0), "max_held_spans": args.max_held_spans,
+        "max_open_traces": args.max_open_traces, "max_queue": args.max_queue,
+        "score_deadline": args.score_deadline, "max_trace_wait": args.score_deadline,
+    }
+    queued_spans = 0  # spans the SDK's batching may hold in front of ragtrace
+    if args.placement == "exporter":
+        scoring = RagScoringSpanExporter(exported, **options)
+        queued_spans = 2048  # the SDK's default
+        batching = ScoringBatchSpanProcessor(scoring, max_queue_size=queued_spans)
+        proc, entry = scoring.processor, Entry(batching)
+    else:
+        proc = RagScoringSpanProcessor(SimpleSpanProcessor(exported), **options)
+        entry = Entry(proc)
     provider = TracerProvider()
     provider.add_span_processor(entry)
     tracer = provider.get_tracer("live-memory")
@@ -184,11 +200,13 @@ def main() -> None:
     watcher.join()
 
     growth = peaks["rss"] - baseline
-    # What the limits allow: held spans and queued jobs at their measured sizes, plus a fixed 32 MB for
+    # What the limits allow: held spans (and the batching's queue, behind it) and queued jobs at their
+    # measured sizes, plus a fixed 32 MB for
     # the open-trace index, the closed-id memory and allocator slack (pymalloc keeps freed arenas).
-    bound_mb = (args.max_held_spans * per_span + args.max_queue * per_job) / 2**20 + 32
+    bound_mb = ((args.max_held_spans + queued_spans) * per_span + args.max_queue * per_job) / 2**20 + 32
     print(json.dumps({
         "traces": args.traces,
+        "placement": args.placement,
         "spans_entered": entry.sum.count,
         "spans_exported": exported.sum.count,
         "exactly_once": entry.sum == exported.sum,

@@ -1,41 +1,71 @@
 """The OpenTelemetry wiring every example shares, so each example file shows only its producer.
 
 A TracerProvider exports to memory (so the example can print what it scored) and, given an endpoint,
-over OTLP/gRPC as a real app would; `ragtrace.live.install` then puts the scoring processor in front
-of both, scoring every trace (sample_rate=1.0).
+over OTLP/gRPC as a real app would. ragtrace scores every trace (sample_rate=1.0) before either exporter
+sees it: `install` puts the scoring processor in front of both processors (placement="processor"), or
+`scoring_batch_processor` scores behind the SDK's batching, in front of both exporters
+(placement="exporter").
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm must not fetch its price list
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragtrace.capture import extract_samples
 from ragtrace.judges.base import Judge
-from ragtrace.live import install
+from ragtrace.live import install, scoring_batch_processor
 
 SCORE_SUFFIX = ".score"
 
 
+Placement = Literal["processor", "exporter"]
+
+
+class _Both(SpanExporter):
+    """One exporter for two: the example's memory and OTLP."""
+
+    def __init__(self, *exporters: SpanExporter) -> None:
+        self.exporters = exporters
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        results = [exporter.export(spans) for exporter in self.exporters]
+        ok = all(result is SpanExportResult.SUCCESS for result in results)
+        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return all([exporter.force_flush(timeout_millis) for exporter in self.exporters])
+
+    def shutdown(self) -> None:
+        for exporter in self.exporters:
+            exporter.shutdown()
+
+
 def scored_provider(
-    service: str, *, endpoint: str | None = None, judge: str | Judge = "local"
+    service: str, *, endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
 ) -> tuple[TracerProvider, InMemorySpanExporter]:
     """A provider whose every trace is scored by `judge` before it is exported (to memory, and to OTLP)."""
     provider = TracerProvider(resource=Resource.create({"service.name": service}))
     memory = InMemorySpanExporter()
+    otlp = OTLPSpanExporter(endpoint=endpoint, insecure=True) if endpoint else None
+    if placement == "exporter":
+        exporter = _Both(memory, otlp) if otlp is not None else memory
+        provider.add_span_processor(scoring_batch_processor(
+            exporter, judge=judge, sample_rate=1.0, batch_options={"schedule_delay_millis": 50}
+        ))
+        return provider, memory
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    if endpoint:
-        exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True)
-        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=50))
+    if otlp is not None:
+        provider.add_span_processor(BatchSpanProcessor(otlp, schedule_delay_millis=50))
     install(provider, judge=judge, sample_rate=1.0)
     return provider, memory
 

@@ -18,7 +18,7 @@ from typing import Any
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")  # chromadb's own product telemetry: off
 
 import chromadb
-from _pipeline import finish, scored_provider
+from _pipeline import Placement, finish, scored_provider
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from opentelemetry.instrumentation.chromadb import ChromaInstrumentor
 
@@ -64,8 +64,10 @@ def answer(collection: Any, tracer: Any, question: str) -> str:
         return ANSWER
 
 
-def main(endpoint: str | None = None, judge: str | Judge = "local") -> dict[str, Any]:
-    provider, memory = scored_provider("chromadb-app", endpoint=endpoint, judge=judge)
+def main(
+    endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
+) -> dict[str, Any]:
+    provider, memory = scored_provider("chromadb-app", endpoint=endpoint, judge=judge, placement=placement)
     instrumentor = ChromaInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:

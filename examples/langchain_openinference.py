@@ -11,15 +11,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from _pipeline import finish, scored_provider
+from _pipeline import Placement, finish, scored_provider
 from langchain_app import QUESTION, build_chain
 from openinference.instrumentation.langchain import LangChainInstrumentor
 
 from ragtrace.judges.base import Judge
 
 
-def main(endpoint: str | None = None, judge: str | Judge = "local") -> dict[str, Any]:
-    provider, memory = scored_provider("langchain-openinference", endpoint=endpoint, judge=judge)
+def main(
+    endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
+) -> dict[str, Any]:
+    provider, memory = scored_provider("langchain-openinference", endpoint=endpoint, judge=judge, placement=placement)
     instrumentor = LangChainInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:

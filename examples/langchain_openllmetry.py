@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from _pipeline import finish, scored_provider
+from _pipeline import Placement, finish, scored_provider
 from langchain_app import QUESTION, build_chain
 from langchain_core.callbacks import BaseCallbackManager
 from opentelemetry.instrumentation.langchain import LangchainInstrumentor
@@ -32,8 +32,10 @@ def uninstrument(instrumentor: LangchainInstrumentor) -> None:
         BaseCallbackManager.__init__ = init  # type: ignore[method-assign]
 
 
-def main(endpoint: str | None = None, judge: str | Judge = "local") -> dict[str, Any]:
-    provider, memory = scored_provider("langchain-openllmetry", endpoint=endpoint, judge=judge)
+def main(
+    endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
+) -> dict[str, Any]:
+    provider, memory = scored_provider("langchain-openllmetry", endpoint=endpoint, judge=judge, placement=placement)
     instrumentor = LangchainInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:

@@ -21,7 +21,7 @@ from typing import Any
 
 os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
 
-from _pipeline import finish, scored_provider
+from _pipeline import Placement, finish, scored_provider
 from openai import OpenAI
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
 
@@ -86,8 +86,10 @@ def answer(client: OpenAI, tracer: Any, question: str) -> str:
         return completion.choices[0].message.content or ""
 
 
-def main(endpoint: str | None = None, judge: str | Judge = "local") -> dict[str, Any]:
-    provider, memory = scored_provider("openai-app", endpoint=endpoint, judge=judge)
+def main(
+    endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
+) -> dict[str, Any]:
+    provider, memory = scored_provider("openai-app", endpoint=endpoint, judge=judge, placement=placement)
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
