@@ -8,6 +8,7 @@ once (a count and two checksums of span ids, so the check itself costs no memory
 
     python bench/live_memory.py                        # prints JSON; ~1-2 minutes
     python bench/live_memory.py --placement exporter   # ragtrace behind the SDK's batching
+    python bench/live_memory.py --worker process       # scoring in a process of its own
 """
 
 from __future__ import annotations
@@ -153,14 +154,17 @@ def main() -> None:
     parser.add_argument("--score-deadline", type=float, default=5.0)
     parser.add_argument("--placement", choices=("processor", "exporter"), default="processor",
                         help="ragtrace in front of the exporting processor, or behind the SDK's batching")
+    parser.add_argument("--worker", choices=("thread", "process"), default="thread",
+                        help="score in a thread of this process, or in a scoring process of its own")
     args = parser.parse_args()
 
     per_span = bytes_per_held_span()
     per_job = bytes_per_job()
     exported = Exported()
     options: dict[str, Any] = {
-        "judge": FixedJudge(delay=1.0), "sampler": Sampler(1.0), "max_held_spans": args.max_held_spans,
-        "max_open_traces": args.max_open_traces, "max_queue": args.max_queue,
+        # a scoring process imports the judge's class: from the overhead module, not from __main__
+        "judge": FixedJudge(delay=1.0), "sampler": Sampler(1.0), "worker": args.worker,
+        "max_held_spans": args.max_held_spans, "max_open_traces": args.max_open_traces, "max_queue": args.max_queue,
         "score_deadline": args.score_deadline, "max_trace_wait": args.score_deadline,
     }
     queued_spans = 0  # spans the SDK's batching may hold in front of ragtrace
@@ -207,6 +211,7 @@ def main() -> None:
     print(json.dumps({
         "traces": args.traces,
         "placement": args.placement,
+        "worker": args.worker,
         "spans_entered": entry.sum.count,
         "spans_exported": exported.sum.count,
         "exactly_once": entry.sum == exported.sum,

@@ -4,8 +4,9 @@
 app's thread as the span ends: about 1 µs a span in a running app, 3-5 % of a small traced request.
 `RagScoringSpanExporter` puts the same scoring between a `BatchSpanProcessor` and its exporter instead.
 The app's thread then runs the SDK's own `on_end` and nothing else; ragtrace sees the spans a batch at a
-time on the batching thread. Spans of sampled traces are held, scored and exported later in export
-calls of their own; every other span goes on in the batch it came in.
+time on the batching thread. Spans of sampled traces are held, scored, and exported later with the
+batching thread's next batch or at the worker's next tick; every other span goes on in the batch it
+came in.
 
     scoring = RagScoringSpanExporter(OTLPSpanExporter(), judge=resolve_judge("local"), worker="process")
     provider.add_span_processor(ScoringBatchSpanProcessor(scoring))
@@ -22,8 +23,10 @@ enrich and link modes, and both workers.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -38,46 +41,86 @@ from ragtrace.live.processor import RagScoringSpanProcessor
 logger = logging.getLogger(__name__)
 
 
+# At most this many spans an export call, as the SDK's BatchSpanProcessor sends by default (an OTLP
+# request has a size limit).
+MAX_EXPORT_BATCH = 512
+
+
 class _ExportingTo(SpanProcessor):
-    """The scoring processor's way out: the wrapped exporter, one batch per call and one call at a time
-    (the batching thread's batches and the worker's scored traces would otherwise export concurrently)."""
+    """The scoring processor's way out to the wrapped exporter.
+
+    The spans the worker releases are gathered, not exported one trace at a time: they go out with the
+    batching thread's next batch, or at the worker's next tick, whichever comes first, in calls of at
+    most MAX_EXPORT_BATCH spans. One export call at a time (the batching thread and the worker both
+    export), with instrumentation suppressed, as the SDK does around its own exports."""
 
     def __init__(self, exporter: SpanExporter) -> None:
         self.exporter = exporter
-        self._lock = threading.Lock()
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        token = suppress_tracing()  # as the BatchSpanProcessor does around its exports
-        try:
-            with self._lock:
-                return self.exporter.export(spans)
-        finally:
-            otel_context.detach(token)  # type: ignore[arg-type]
+        self._exporting = threading.Lock()
+        self._gathered: list[ReadableSpan] = []
+        self._gathering = threading.Lock()
+        if hasattr(os, "register_at_fork"):  # a forked child must not export its parent's spans again
+            outlet = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: _forget_gathered(outlet()))
 
     def on_end(self, span: ReadableSpan) -> None:
-        self.export((span,))
+        self.gather((span,))
+
+    def gather(self, spans: Iterable[ReadableSpan]) -> None:
+        with self._gathering:
+            self._gathered.extend(spans)
+
+    def export(self, spans: Sequence[ReadableSpan] = ()) -> SpanExportResult:
+        """Export `spans` and everything gathered; never raises (a failure is logged and returned)."""
+        with self._gathering:
+            gathered, self._gathered = self._gathered, []
+        batch = [*spans, *gathered] if gathered else spans
+        if not batch:
+            return SpanExportResult.SUCCESS
+        result = SpanExportResult.SUCCESS
+        token = suppress_tracing()
+        try:
+            with self._exporting:
+                for start in range(0, len(batch), MAX_EXPORT_BATCH):
+                    chunk = batch[start:start + MAX_EXPORT_BATCH]
+                    try:
+                        if self.exporter.export(chunk) is not SpanExportResult.SUCCESS:
+                            logger.warning("ragtrace: the exporter failed to export %d spans", len(chunk))
+                            result = SpanExportResult.FAILURE
+                    except Exception:
+                        logger.exception("ragtrace: the wrapped exporter raised; %d spans lost", len(chunk))
+                        result = SpanExportResult.FAILURE
+        finally:
+            otel_context.detach(token)  # type: ignore[arg-type]
+        return result
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return bool(self.exporter.force_flush(timeout_millis))
+        exported = self.export() is SpanExportResult.SUCCESS
+        return bool(self.exporter.force_flush(timeout_millis)) and exported
 
     def shutdown(self) -> None:
+        self.export()
         self.exporter.shutdown()
 
 
+def _forget_gathered(outlet: _ExportingTo | None) -> None:
+    if outlet is not None:
+        outlet._gathered = []
+        outlet._gathering = threading.Lock()
+
+
 class _ScoringBehindBatching(RagScoringSpanProcessor):
-    """The processor, forwarding what it releases in one export call per batch rather than span by span."""
+    """The processor, gathering what it releases for the next export rather than exporting each trace."""
 
     _exporting: _ExportingTo
 
     def _forward_all(self, spans: Iterable[ReadableSpan]) -> None:
-        batch = list(spans)
-        if not batch:
-            return
-        try:
-            if self._exporting.export(batch) is not SpanExportResult.SUCCESS:
-                logger.warning("ragtrace: the exporter failed to export %d scored spans", len(batch))
-        except Exception:
-            logger.exception("ragtrace: the wrapped exporter raised")
+        self._exporting.gather(spans)
+
+    def _tick(self, *, everything: bool = False) -> bool:
+        busy = super()._tick(everything=everything)
+        self._exporting.export()
+        return busy
 
 
 class RagScoringSpanExporter(SpanExporter):

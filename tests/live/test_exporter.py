@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
-from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
+from ragtrace.live.exporter import MAX_EXPORT_BATCH, RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from tests.live.fakes import (
@@ -155,6 +155,32 @@ def test_one_export_at_a_time_and_none_traced() -> None:
     assert out.suppressed and all(out.suppressed)
 
 
+class SizedExporter(CountingExporter):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.sizes.append(len(spans))
+        return super().export(spans)
+
+
+def test_scored_traces_go_out_together_in_calls_of_at_most_512_spans() -> None:
+    """Released traces are gathered for the next export (the batching thread's, or the worker's at its
+    tick): an OTLP request per scored trace would cost the collector and the app far more."""
+    out = SizedExporter()
+    scoring = RagScoringSpanExporter(out, judge=ScriptedJudge(), sampler=Sampler(rate=1.0), tick_interval=0.05)
+    provider = provider_with(ScoringBatchSpanProcessor(scoring))
+    tracer = provider.get_tracer("t")
+    ids = [span_id for _ in range(400) for span_id in rag_trace(tracer)]
+    assert provider.force_flush(10_000)
+    assert sorted(out.ids()) == sorted(ids)
+    assert scoring.processor.decisions == {"scored": 800}
+    assert max(out.sizes) <= MAX_EXPORT_BATCH == 512
+    assert len(out.sizes) < 40, out.sizes  # 400 traces, 1,600 spans: a few ticks' worth of calls
+    provider.shutdown()
+
+
 class FailingExporter(CountingExporter):
     """Fails every export that carries a scored span: raising, or returning FAILURE."""
 
@@ -179,7 +205,7 @@ def test_a_failing_exporter_is_logged_and_scoring_goes_on(raises: bool, caplog: 
     with caplog.at_level(logging.WARNING, logger="ragtrace"):
         for _ in range(3):
             rag_trace(tracer)
-        assert provider.force_flush(5000)
+        provider.force_flush(5000)  # False if this flush's export carried the scored spans, not the worker's
         plain = plain_trace(tracer)
         assert provider.force_flush(5000)
     provider.shutdown()
