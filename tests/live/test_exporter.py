@@ -9,7 +9,10 @@ by span as the processor's on_end would admit it.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import select
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -95,6 +98,45 @@ def test_flush_timeout_bounds_the_wait_and_forwards_unscored(rig: Callable[..., 
     r.assert_exactly_once(ids)
     (retrieval,) = r.out.by_name("retrieve")
     assert (retrieval.attributes or {})["ragtrace.eval.status"] == "timeout"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_exports_its_own_spans_only(rig: Callable[..., Rig]) -> None:
+    """Gathered spans are the parent's to export; a lock the parent held at the fork would hang the child."""
+    r = exporter_rig(rig)
+    outlet = r.scoring._out
+    gathered = ReadableSpan(name="gathered in the parent", context=SpanContext(1, 2, is_remote=False))
+    outlet.gather([gathered])
+    read, write = os.pipe()
+    holding, done = threading.Event(), threading.Event()
+
+    def export_under_way() -> None:  # another thread of the parent is exporting when it forks
+        with outlet._exporting:
+            holding.set()
+            done.wait(10)
+
+    exporting = threading.Thread(target=export_under_way)
+    exporting.start()
+    holding.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            ids = rag_trace(r.tracer)
+            ok = r.flush(5000) and sorted(r.out.ids()) == sorted(ids)  # not the parent's gathered span
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    done.set()
+    exporting.join()
+    os.close(write)
+    answered, _, _ = select.select([read], [], [], 30)
+    if not answered:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert answered and os.read(read, 1) == b"1", "the child hung or exported the parent's spans"
+    assert r.flush()
+    assert r.out.spans == [gathered]
 
 
 class OrderedExporter(CountingExporter):
