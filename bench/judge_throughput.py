@@ -22,6 +22,8 @@ Figures:
 - processor_scoring_process_samples_per_s and details.processor_scoring_process: the same live path with
   `worker="process"`; its worker thread only ships traces and writes answers, so its CPU per sample is
   what the app pays when judging (litellm's client included) runs in the scoring process.
+- exporter_scoring_process_samples_per_s: the same with ragtrace behind the SDK's batching
+  (RagScoringSpanExporter in a ScoringBatchSpanProcessor, 50 ms batches), the production setup.
 
 At 200 ms per call and 16 in flight, the ceiling is 16 / 0.2 = 80 samples/s; the target is 40.
 
@@ -41,15 +43,18 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: ragtrace and tests.servers
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from ragtrace.instrument import generation_span, retrieval_span
 from ragtrace.judges import LLMJudge, judge_and_score
+from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision, ContextRecall, ContextRelevance, RagSample
@@ -123,7 +128,7 @@ def judge_throughput(samples: int, latency: float) -> dict[str, Any]:
         server.stop()
 
 
-class Counter(SpanProcessor):
+class Counter(SpanExporter):
     """The exporting side: counts exported spans and scored retrieval spans."""
 
     def __init__(self) -> None:
@@ -131,15 +136,13 @@ class Counter(SpanProcessor):
         self.scored = 0
         self._lock = threading.Lock()
 
-    def on_end(self, span: ReadableSpan) -> None:
-        attrs = span.attributes or {}
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         with self._lock:
-            self.spans += 1
-            if attrs.get("ragtrace.eval.status") == "scored":
-                self.scored += 1
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
+            for span in spans:
+                self.spans += 1
+                if (span.attributes or {}).get("ragtrace.eval.status") == "scored":
+                    self.scored += 1
+        return SpanExportResult.SUCCESS
 
 
 def send_traces(tracer: Any, samples: int, tag: str) -> None:
@@ -152,26 +155,29 @@ def send_traces(tracer: Any, samples: int, tag: str) -> None:
                 generation.record(response)
 
 
-def processor_throughput(samples: int, latency: float, worker: str = "thread") -> dict[str, Any]:
+def processor_throughput(
+    samples: int, latency: float, worker: str = "thread", placement: str = "processor"
+) -> dict[str, Any]:
     server = start_server(latency)
     try:
         judge = make_judge(server)
         warm_up(judge, (ContextPrecision(), ContextRelevance()))
         exported = Counter()
-        processor = RagScoringSpanProcessor(
-            exported,
-            judge=judge,
-            sampler=Sampler(1.0),
-            concurrency=CONCURRENCY,
-            max_queue=samples + 10,
-            score_deadline=60,
-            worker=worker,  # type: ignore[arg-type]
-        )
+        options: dict[str, Any] = {
+            "judge": judge, "sampler": Sampler(1.0), "concurrency": CONCURRENCY, "max_queue": samples + 10,
+            "score_deadline": 60, "worker": worker,
+        }
+        entry: SpanProcessor
+        if placement == "exporter":  # behind the SDK's batching
+            scoring = RagScoringSpanExporter(exported, **options)
+            processor, entry = scoring.processor, ScoringBatchSpanProcessor(scoring, schedule_delay_millis=50)
+        else:  # in front of the exporting processor
+            processor = entry = RagScoringSpanProcessor(SimpleSpanProcessor(exported), **options)
         provider = TracerProvider()
-        provider.add_span_processor(processor)
+        provider.add_span_processor(entry)
         tracer = provider.get_tracer("bench.judge_throughput")
         send_traces(tracer, 1, "warmup")  # a scoring process starts, and warms litellm up, outside the clock
-        processor.force_flush(60_000)
+        entry.force_flush(60_000)
         exported.spans = exported.scored = server.max_in_flight = 0
         # The thread whose CPU the app pays for under the GIL: with worker="process" it only ships traces
         # and writes the answers; judging (litellm's client) happens in the scoring process.
@@ -179,7 +185,7 @@ def processor_throughput(samples: int, latency: float, worker: str = "thread") -
         start, cpu, worker_cpu = time.perf_counter(), time.process_time(), thread_cpu(worker_thread)
         send_traces(tracer, samples, "live")
         submitted = time.perf_counter() - start
-        flushed = processor.force_flush(120_000)
+        flushed = entry.force_flush(120_000)
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         worker_cpu = thread_cpu(worker_thread) - worker_cpu
         decisions = processor.decisions
@@ -208,16 +214,19 @@ def main() -> None:
     judge = judge_throughput(args.samples, args.latency)
     live = processor_throughput(args.samples, args.latency)
     remote = processor_throughput(args.samples, args.latency, worker="process")
+    behind = processor_throughput(args.samples, args.latency, worker="process", placement="exporter")
     print(json.dumps({
         "judge_samples_per_s": round(judge["samples_per_s"], 1),
         "processor_samples_per_s": round(live["samples_per_s"], 1),
         "processor_scoring_process_samples_per_s": round(remote["samples_per_s"], 1),
+        # RagScoringSpanExporter behind a ScoringBatchSpanProcessor, scoring process: the production setup
+        "exporter_scoring_process_samples_per_s": round(behind["samples_per_s"], 1),
         "concurrency": CONCURRENCY,
         "judge_latency_s": args.latency,
         "samples": args.samples,
         "max_in_flight": {
             "judge": judge["max_in_flight"], "processor": live["max_in_flight"],
-            "processor_scoring_process": remote["max_in_flight"],
+            "processor_scoring_process": remote["max_in_flight"], "exporter_scoring_process": behind["max_in_flight"],
         },
         "decisions": live["decisions"],
         "decisions_scoring_process": remote["decisions"],
@@ -232,7 +241,9 @@ def main() -> None:
                     for k in ("elapsed_s", "submit_s", "cpu_ms_per_sample", "worker_thread_cpu_ms_per_sample",
                               "scored", "spans_exported", "flushed")
                 }
-                for name, run in (("processor", live), ("processor_scoring_process", remote))
+                for name, run in (
+                    ("processor", live), ("processor_scoring_process", remote), ("exporter_scoring_process", behind)
+                )
             },
         },
     }, indent=2))

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
 from ragtrace.live.exporter import MAX_EXPORT_BATCH, RagScoringSpanExporter, ScoringBatchSpanProcessor
@@ -87,6 +87,27 @@ def test_a_plain_batch_processor_flush_leaves_scoring_traces_held() -> None:
     finally:
         provider.shutdown()  # shutdown still exports them: the batching shuts its exporter down
     assert sorted(out.ids()) == sorted(ids)
+
+
+class BareExporter(SpanExporter):
+    """An exporter with only `export`, as many are: the SDK's `force_flush` stub returns None."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.spans.extend(spans)
+        return SpanExportResult.SUCCESS
+
+
+def test_flush_succeeds_with_an_exporter_that_has_no_force_flush() -> None:
+    out = BareExporter()
+    scoring = RagScoringSpanExporter(out, judge=ScriptedJudge(), sampler=Sampler(rate=1.0), tick_interval=0.01)
+    provider = provider_with(ScoringBatchSpanProcessor(scoring))
+    ids = rag_trace(provider.get_tracer("t"))
+    assert provider.force_flush(5000)
+    assert sorted(s.context.span_id for s in out.spans if s.context is not None) == sorted(ids)
+    provider.shutdown()
 
 
 def test_flush_timeout_bounds_the_wait_and_forwards_unscored(rig: Callable[..., Rig]) -> None:
