@@ -211,6 +211,8 @@ def install(
     override them. Returns the processor, or None when
     RAGTRACE_ENABLED is false. Installing twice on one provider returns the first processor.
     With the local judge, `concurrency` defaults to 1 rather than 8: it is CPU work in the app's process.
+    Its processor looks at every span on the app's thread; where you build the pipeline yourself,
+    `scoring_batch_processor()` does the same work off it.
     """
     settings, concurrency_chosen = _settings_with(settings, options)
     if not settings.enabled:
