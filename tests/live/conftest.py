@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.live.fakes import Rig, ScriptedJudge
 def rig() -> Iterator[Callable[..., Rig]]:
     rigs: list[Rig] = []
 
-    def make(judge: ScriptedJudge | None = None, **options: object) -> Rig:
+    def make(judge: ScriptedJudge | None = None, **options: Any) -> Rig:
         rigs.append(Rig(judge, **options))
         return rigs[-1]
 

@@ -81,7 +81,7 @@ class ScriptedJudge(PerProcessState):
         return Judgement(Verdicts(contexts=contexts, missing=[], claims=claims), usage)
 
 
-class _Counting:
+class Counting:
     """Records every span handed on, and the flushes and shutdowns."""
 
     def __init__(self) -> None:
@@ -110,14 +110,14 @@ class _Counting:
             return [s for s in self.spans if s.name == name]
 
 
-class CountingProcessor(_Counting, SpanProcessor):
+class CountingProcessor(Counting, SpanProcessor):
     """The 'exporting' processor of the unit tests: records every span handed to it."""
 
     def on_end(self, span: ReadableSpan) -> None:
         self._record((span,))
 
 
-class CountingExporter(_Counting, SpanExporter):
+class CountingExporter(Counting, SpanExporter):
     """The exporter behind `RagScoringSpanExporter` in the unit tests: records every span exported."""
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -221,7 +221,7 @@ class Rig:
         self.judge = judge or ScriptedJudge()
         options.setdefault("sampler", Sampler(rate=1.0))
         options.setdefault("tick_interval", 0.01)
-        self.out: _Counting
+        self.out: Counting
         entry: SpanProcessor
         if placement == "exporter":
             self.out = CountingExporter()

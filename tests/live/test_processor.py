@@ -18,6 +18,7 @@ from ragtrace.live.processor import RagScoringSpanProcessor, _does_nothing
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision
 from tests.live.fakes import (
+    Counting,
     CountingProcessor,
     Rig,
     ScriptedJudge,
@@ -39,7 +40,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
     return predicate()
 
 
-def retrieval(out: CountingProcessor) -> ReadableSpan:
+def retrieval(out: Counting) -> ReadableSpan:
     (span,) = out.by_name("retrieve")
     return span
 

@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,8 +19,7 @@ from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from tests.live.fakes import (
     BEHAVIOURS,
-    CountingExporter,
-    CountingProcessor,
+    Counting,
     Placement,
     Rig,
     ScriptedJudge,
@@ -51,7 +51,7 @@ options = st.fixed_dictionaries({
 
 
 def check(
-    out: CountingProcessor | CountingExporter, proc: RagScoringSpanProcessor, entered: set[int], mode: str
+    out: Counting, proc: RagScoringSpanProcessor, entered: set[int], mode: str
 ) -> None:
     counts = Counter(out.ids())
     assert {i for i in entered if counts[i] != 1} == set(), "a span was lost or exported twice"
@@ -80,9 +80,9 @@ EXAMPLES = int(os.environ.get("RAGTRACE_ZERO_LOSS_EXAMPLES", "30"))
 @given(opts=options, traces=st.lists(trace_spec, min_size=1, max_size=12), shutdown_at=st.integers(0, 12),
        end_open_after=st.booleans())
 def test_every_span_exported_exactly_once(
-    opts: dict[str, object], traces: list[dict[str, object]], shutdown_at: int, end_open_after: bool
+    opts: dict[str, Any], traces: list[dict[str, object]], shutdown_at: int, end_open_after: bool
 ) -> None:
-    rate = float(opts.pop("rate"))  # type: ignore[arg-type]
+    rate = float(opts.pop("rate"))
     mode = str(opts["mode"])
     rig = Rig(ScriptedJudge(slow_s=0.03), sampler=Sampler(rate=rate), **opts)
     tracer = rig.tracer
@@ -117,7 +117,7 @@ def test_every_span_exported_exactly_once(
             if entering:
                 entered.add(root.get_span_context().span_id)
     rig.close()
-    check(rig.out, rig.proc, entered, mode)  # type: ignore[arg-type]
+    check(rig.out, rig.proc, entered, mode)
 
 
 @pytest.mark.parametrize("placement", ["processor", "exporter"])
@@ -156,4 +156,4 @@ def test_concurrent_app_threads_with_flushes(placement: Placement) -> None:
     stop.set()
     f.join()
     rig.close()
-    check(rig.out, rig.proc, {i for ids in entered for i in ids}, "enrich")  # type: ignore[arg-type]
+    check(rig.out, rig.proc, {i for ids in entered for i in ids}, "enrich")
