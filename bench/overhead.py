@@ -255,8 +255,8 @@ class Variant:
         exporting (the polling left out). Only the SDK's batching is flushed, never ragtrace (whose flush
         closes traces early and has fixed costs of its own): a running app does not flush every thousand
         requests. Behind the batching, the batches go first, and what ragtrace holds goes out by itself."""
-        flushing = time.thread_time()
         if self.placement == "exporter":
+            flushing = time.thread_time()
             BatchSpanProcessor.force_flush(self.exporting, 60_000)
             spent = time.thread_time() - flushing
             self.wait_scored(timeout)

@@ -61,8 +61,13 @@ class _ExportingTo(SpanProcessor):
         self._gathered: list[ReadableSpan] = []
         self._gathering = threading.Lock()
         if hasattr(os, "register_at_fork"):  # a forked child starts afresh, like the processor
-            outlet = weakref.ref(self)
-            os.register_at_fork(after_in_child=lambda: _after_fork_in_child(outlet()))
+            after_fork = weakref.WeakMethod(self._after_fork_in_child)
+            os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
+
+    def _after_fork_in_child(self) -> None:
+        """The parent exports what it gathered; a lock another thread held at the fork stays held in the child."""
+        self._gathered = []
+        self._gathering, self._exporting = threading.Lock(), threading.Lock()
 
     def on_end(self, span: ReadableSpan) -> None:
         self.gather((span,))
@@ -106,13 +111,6 @@ class _ExportingTo(SpanProcessor):
         self.exporter.shutdown()
 
 
-def _after_fork_in_child(outlet: _ExportingTo | None) -> None:
-    """The parent exports what it gathered; a lock another thread held at the fork stays held in the child."""
-    if outlet is not None:
-        outlet._gathered = []
-        outlet._gathering, outlet._exporting = threading.Lock(), threading.Lock()
-
-
 class _ScoringBehindBatching(RagScoringSpanProcessor):
     """The processor, gathering what it releases for the next export rather than exporting each trace."""
 
@@ -139,10 +137,7 @@ class RagScoringSpanExporter(SpanExporter):
         self.processor: RagScoringSpanProcessor = _ScoringBehindBatching(self._out, judge=judge, **options)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        passing = self.processor._admit(spans)
-        if not passing:
-            return SpanExportResult.SUCCESS
-        return self._out.export(passing)
+        return self._out.export(self.processor._admit(spans))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Score what can be scored within the timeout, export everything held, flush the exporter."""

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry import context as otel_context
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
@@ -284,15 +284,7 @@ def test_invalid_options_fail_at_construction() -> None:
         RagScoringSpanExporter(CountingExporter(), judge=ScriptedJudge(), mode="sideways")
 
 
-class Keep(SpanProcessor):
-    def __init__(self) -> None:
-        self.spans: list[ReadableSpan] = []
-
-    def on_end(self, span: ReadableSpan) -> None:
-        self.spans.append(span)
-
-
-_kept = Keep()
+_kept = CountingProcessor()
 _fuzz_provider = TracerProvider()
 _fuzz_provider.add_span_processor(_kept)
 _fuzz_tracer = _fuzz_provider.get_tracer("fuzz")
