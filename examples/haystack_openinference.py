@@ -16,8 +16,9 @@ from typing import Any
 
 from _chat_server import local_chat_server
 from _pipeline import Placement, finish, scored_provider
-from haystack_app import ANSWERS, Shape, ask, build_pipeline
+from haystack_app import ANSWERS, QUESTION, Shape, ask, build_pipeline
 from openinference.instrumentation.haystack import HaystackInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 from ragtrace.judges.base import Judge
 
@@ -27,15 +28,20 @@ def main(
     shape: Shape = "prompt",
 ) -> dict[str, Any]:
     provider, memory = scored_provider(f"haystack-{shape}", endpoint=endpoint, judge=judge, placement=placement)
+    run(provider, shape)
+    return finish(provider, memory)
+
+
+def run(provider: TracerProvider, shape: Shape = "prompt") -> None:
+    """The instrumented pipeline, traced through `provider`."""
     with local_chat_server(ANSWERS) as base_url:
         pipeline = build_pipeline(base_url, shape)
         instrumentor = HaystackInstrumentor()
         instrumentor.instrument(tracer_provider=provider)
         try:
-            ask(pipeline)
+            ask(pipeline, QUESTION)
         finally:
             instrumentor.uninstrument()
-    return finish(provider, memory)
 
 
 if __name__ == "__main__":

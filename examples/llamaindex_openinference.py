@@ -18,6 +18,7 @@ from _pipeline import Placement, finish, finish_all, scored_provider
 from llama_index.core import get_response_synthesizer
 from llamaindex_app import QUESTION, SECOND_QUESTION, build_index, build_query_engine, build_retriever, llm_settings
 from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 from ragtrace.judges.base import Judge
 
@@ -26,6 +27,12 @@ def main(
     endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
 ) -> dict[str, Any]:
     provider, memory = scored_provider("llamaindex-openinference", endpoint=endpoint, judge=judge, placement=placement)
+    run(provider)
+    return finish(provider, memory)
+
+
+def run(provider: TracerProvider) -> None:
+    """The instrumented app, traced through `provider`."""
     with llm_settings():
         index = build_index()  # before instrumenting: indexing is no part of the traced request
         instrumentor = LlamaIndexInstrumentor()
@@ -34,7 +41,6 @@ def main(
             build_query_engine(index).query(QUESTION)
         finally:
             instrumentor.uninstrument()  # instrumentors patch LlamaIndex globally
-    return finish(provider, memory)
 
 
 def two_questions(
@@ -43,6 +49,12 @@ def two_questions(
     """One trace that retrieves for two questions, then answers them in the other order: time order
     would pair the first retrieval with the second answer; the answers' prompts show which is which."""
     provider, memory = scored_provider("llamaindex-two-questions", endpoint=endpoint, judge=judge, placement=placement)
+    run_two_questions(provider)
+    return finish_all(provider, memory)
+
+
+def run_two_questions(provider: TracerProvider) -> None:
+    """The two-question app, traced through `provider`."""
     with llm_settings():
         index = build_index()
         instrumentor = LlamaIndexInstrumentor()
@@ -55,7 +67,6 @@ def two_questions(
                 synthesizer.synthesize(QUESTION, first)
         finally:
             instrumentor.uninstrument()
-    return finish_all(provider, memory)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from typing import Any
 from _pipeline import Placement, finish, scored_provider
 from llamaindex_app import QUESTION, build_index, build_query_engine, llm_settings
 from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 from ragtrace.judges.base import Judge
 
@@ -25,6 +26,12 @@ def main(
     endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
 ) -> dict[str, Any]:
     provider, memory = scored_provider("llamaindex-openllmetry", endpoint=endpoint, judge=judge, placement=placement)
+    run(provider)
+    return finish(provider, memory)
+
+
+def run(provider: TracerProvider) -> None:
+    """The instrumented app, traced through `provider`."""
     with llm_settings():
         index = build_index()
         instrumentor = LlamaIndexInstrumentor()
@@ -33,7 +40,6 @@ def main(
             build_query_engine(index).query(QUESTION)
         finally:
             instrumentor.uninstrument()
-    return finish(provider, memory)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "spa
 from _pipeline import Placement, finish, scored_provider
 from openai import OpenAI
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 from ragtrace.instrument import retrieval_span
 from ragtrace.judges.base import Judge
@@ -90,6 +91,12 @@ def main(
     endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
 ) -> dict[str, Any]:
     provider, memory = scored_provider("openai-app", endpoint=endpoint, judge=judge, placement=placement)
+    run(provider)
+    return finish(provider, memory)
+
+
+def run(provider: TracerProvider) -> None:
+    """The instrumented app, traced through `provider`."""
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
@@ -98,7 +105,6 @@ def main(
             answer(client, provider.get_tracer("openai-app"), QUESTION)
     finally:
         instrumentor.uninstrument()
-    return finish(provider, memory)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from ragtrace.cli_eval import add_eval_parser, add_replay_parser
+    from ragtrace.cli_explain import add_explain_parser
     from ragtrace.gateway.cli import add_serve_parser
 
     parser = argparse.ArgumentParser(prog="ragtrace", description="Score RAG retrieval quality inside OpenTelemetry.")
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_eval_parser(commands)
     add_replay_parser(commands)
+    add_explain_parser(commands)
     add_serve_parser(commands)
     return parser
 

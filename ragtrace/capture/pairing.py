@@ -308,7 +308,7 @@ def _sample(
     if generation is not None:
         metadata["pairing"] = rule
         metadata["pairing_evidence"] = evidence
-        trace.note(generation, f"generation: paired with retrieval {node.span.name!r} by {rule} ({evidence})")
+        trace.note(generation, f"paired with retrieval {node.span.name!r} by {rule} ({evidence})")
     if any(d is not None for d in reading.distances):
         metadata["distances"] = reading.distances[: limits.max_documents]
     sample = RagSample(
@@ -352,7 +352,7 @@ def _read_retrievals(trace: _Trace, limits: CaptureLimits, stats: CaptureStats) 
             notes.add("reader_error")
         for reason in notes:
             stats.count(reason)
-        trace.note(node, "retrieval: passed over (" + ", ".join(sorted(notes)) + ")")
+        trace.note(node, "passed over (" + ", ".join(sorted(notes)) + ")")
     return read
 
 
@@ -410,7 +410,7 @@ def _drop_nested(trace: _Trace, read: _Read, stats: CaptureStats) -> None:
         stats.count("nested_retrieval")
         while winner in dropped and winner != span_id:  # the layer it lost to may have lost too
             winner = dropped[winner]
-        trace.note(read[span_id][0], f"retrieval: a nested layer of the same retrieval, scored once on "
+        trace.note(read[span_id][0], f"a nested layer of the same retrieval, scored once on "
                                      f"{read[winner][0].span.name!r}")
         del read[span_id]
 
@@ -431,14 +431,14 @@ def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> 
                 convention = None
         if said is None:
             if node.span_id in sampled:
-                said = f"retrieval: sample {sampled[node.span_id]}"
+                said = f"sample {sampled[node.span_id]}"
             elif node.role == "generation" and node.span_id in trace.wrapped:
-                said = (f"generation wrapping the model call {trace.wrapped[node.span_id].span.name!r}, "
+                said = (f"wraps the model call {trace.wrapped[node.span_id].span.name!r}, "
                         "which is the one paired")
             elif node.role == "generation":
-                said = "generation: consumed no retrieval of this trace"
+                said = "consumed no retrieval of this trace"
             elif node.role == "retrieval":
-                said = "retrieval: passed over"
+                said = "passed over"
             else:
                 said = readers.describe_unclassified(node.span) or "not a retrieval or a generation"
         verdicts.append(SpanVerdict(node.span_id, node.parent_id, node.span.name or "", node.role, convention, said))
@@ -470,7 +470,7 @@ def _builtin(
             if captured is not None:
                 found.append(captured)
             elif trace.verdicts is not None:
-                trace.note(node, "retrieval: no sample (" + ", ".join(sorted(notes)) + ")")
+                trace.note(node, "no sample (" + ", ".join(sorted(notes)) + ")")
         samples.extend(found)
         if reports is not None:
             stats.counts.update(mine.counts)

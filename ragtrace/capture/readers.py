@@ -163,4 +163,9 @@ def describe_unclassified(span: ReadableSpan) -> str | None:
     kind = attrs.get(openinference.KIND)
     if isinstance(kind, str) and kind.upper() == "LLM" and openinference.is_prompt_step(attrs):
         return "tagged LLM (openinference) but built a prompt: a prompt template and no model output"
+    if isinstance(kind, str):
+        return f"openinference {kind}: not a retrieval or a generation"
+    traceloop = attrs.get(openllmetry.SPAN_KIND)
+    if isinstance(traceloop, str):
+        return f"openllmetry {traceloop}: not a retrieval (no retriever name, no documents) or a generation"
     return None

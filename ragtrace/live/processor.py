@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanContext
 from opentelemetry.util.types import AttributeValue
 
 from ragtrace.capture import CapturedSample, CaptureStats, Extractor, capture_start, extract_samples
+from ragtrace.capture.explain import DecisionLog
 from ragtrace.judges.base import Judge
 from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
 from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, SPAN_ID, TRACE_ID, is_local_root
@@ -119,6 +120,8 @@ class RagScoringSpanProcessor(SpanProcessor):
     score_deadline: held spans are forwarded with status `timeout` if scoring takes longer.
     concurrency: judge calls at once. redactor: applied to every sample before the judge sees it.
     extractor: your own span shapes -> samples (see ragtrace.capture). metrics: RagtraceMetrics.
+    decision_log: keeps the last traces this processor closed, to ask why they were (not) scored
+        (`ragtrace.capture.explain.DecisionLog`).
     tick_interval: how often a busy worker closes, ships and releases traces (seconds; see
         `worker.DEFAULT_TICK_S` for why 0.2).
     """
@@ -144,6 +147,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         reason_max_chars: int = 500,
         tick_interval: float = DEFAULT_TICK_S,
         worker: WorkerKind = "thread",
+        decision_log: DecisionLog | None = None,
     ) -> None:
         if mode not in ("enrich", "link"):
             raise ValueError(f"mode must be 'enrich' or 'link', got {mode!r}")
@@ -183,6 +187,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         self._score_deadline = score_deadline
         self._redactor = redactor
         self._extractor = extractor
+        self.decision_log = decision_log
         self._hold_every_span = extractor is not None  # an extractor may read any span of a sampled trace
         self._metrics = metrics
         self._reason_max_chars = reason_max_chars
@@ -459,6 +464,8 @@ class RagScoringSpanProcessor(SpanProcessor):
         if trace.overflowed:  # counted as queue_full when it overflowed
             self._pass_through(trace)
             return
+        if self.decision_log is not None:
+            self.decision_log.record(trace.spans)
         if not trace.has_retrieval and self._extractor is None:  # held for its ground truth only: nothing to read
             self._count("not_rag")
             self._pass_through(trace)
