@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from _handbook import ANSWER, HANDBOOK, QUESTION
 from haystack import Document, Pipeline
 from haystack.components.builders import ChatPromptBuilder, PromptBuilder
 from haystack.components.generators import OpenAIGenerator
@@ -16,15 +17,7 @@ from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
 from haystack.utils import Secret
 
-QUESTION = "How long is the warranty on the X200 kettle?"
-ANSWER = "The X200 kettle has a two-year warranty."
 ANSWERS = {QUESTION: ANSWER}
-HANDBOOK = [
-    "The X200 kettle has a two-year warranty.",
-    "Returns are accepted within 30 days of purchase.",
-    "The X200 kettle boils one litre in three minutes.",
-    "Our support line is open on weekdays.",
-]
 TOP_K = 2
 TEMPLATE = """Answer from the context.
 Context:

@@ -12,23 +12,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from _chat_server import local_chat_server
+from _handbook import ANSWER, HANDBOOK, QUESTION
 from llama_index.core import Document, Settings, VectorStoreIndex
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.query_engine import BaseQueryEngine
 from llama_index.core.retrievers import BaseRetriever
 from llama_index.llms.litellm import LiteLLM
 
-QUESTION = "How long is the warranty on the X200 kettle?"
-ANSWER = "The X200 kettle has a two-year warranty."
 SECOND_QUESTION = "Within how many days are returns accepted?"
 SECOND_ANSWER = "Returns are accepted within 30 days."
 ANSWERS = {QUESTION: ANSWER, SECOND_QUESTION: SECOND_ANSWER}
-HANDBOOK = [
-    "The X200 kettle has a two-year warranty.",
-    "Returns are accepted within 30 days of purchase.",
-    "The X200 kettle boils one litre in three minutes.",
-    "Our support line is open on weekdays.",
-]
 TOP_K = 2
 
 

@@ -29,7 +29,7 @@ RUN_BY_MAIN = {
 }
 ELSEWHERE = {"zero_code_app": "tests/interop/test_zero_code.py"}
 # imported by the examples, no main()
-HELPERS = {"_pipeline", "_chat_server", "langchain_app", "llamaindex_app", "haystack_app"}
+HELPERS = {"_pipeline", "_chat_server", "_handbook", "langchain_app", "llamaindex_app", "haystack_app"}
 
 
 def test_every_example_is_run() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -93,7 +94,7 @@ def test_explain_says_why_a_trace_was_not_scored(tmp_path: Path, capsys: pytest.
     memory = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("app")
-    with tracer.start_as_current_span("rag"):
+    with tracer.start_as_current_span("rag", context=Context()):  # a root whatever another test left current
         with tracer.start_as_current_span("retrieve", attributes={"gen_ai.operation.name": "retrieval",
                                                                   "gen_ai.retrieval.query.text": "Which port?",
                                                                   "gen_ai.retrieval.documents": "[{broken"}):
@@ -101,7 +102,7 @@ def test_explain_says_why_a_trace_was_not_scored(tmp_path: Path, capsys: pytest.
         with tracer.start_as_current_span("llm", attributes={"openinference.span.kind": "LLM",
                                                              "llm.output_messages.0.message.content": "8080"}):
             pass
-    with tracer.start_as_current_span("health check"):
+    with tracer.start_as_current_span("health check", context=Context()):
         pass
     exported = tmp_path / "unscored.jsonl"
     exported.write_text(json_format.MessageToJson(encode_spans(memory.get_finished_spans()), indent=None) + "\n")
