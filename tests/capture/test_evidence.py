@@ -207,3 +207,12 @@ def _fresh_traces() -> Traces:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return Traces(provider, exporter)
 
+
+
+def test_genai_documents_in_a_frameworks_own_shape(traces: Traces) -> None:
+    documents = [{"node": {"id_": "n0", "text": KETTLE[0]}, "score": 0.7}, {"id_": "n1", "text": KETTLE[1]}]
+    traces.span("retrieve", {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.query.text": "Warranty?",
+                             "gen_ai.retrieval.documents": json.dumps(documents)})
+    [captured] = extract_samples(traces.finished())
+    assert [(d.id, d.content, d.score) for d in captured.sample.contexts] == [("n0", KETTLE[0], 0.7),
+                                                                              ("n1", KETTLE[1], None)]
