@@ -155,7 +155,8 @@ _WORDS = st.lists(st.sampled_from(["alpha", "bravo", "delta", "kettle", "ferry",
 
 @st.composite
 def _interleavings(draw: st.DrawFn) -> tuple[int, list[tuple[str, int]], list[list[str]], bool]:
-    """k retrievals and k generations in a random order where generation i comes after retrieval i."""
+    """k retrievals and k generations in a random order where generation i comes after retrieval i; the
+    retrievals may share a document (then the share of quoted texts ties and the question decides)."""
     k = draw(st.integers(1, 5))
     order: list[tuple[str, int]] = []
     pending = list(range(k))
@@ -169,6 +170,10 @@ def _interleavings(draw: st.DrawFn) -> tuple[int, list[tuple[str, int]], list[li
         else:
             retrieved.remove(step[1])
     contexts = [[f"doc {i}.{j}: " + " ".join(draw(_WORDS)) for j in range(draw(st.integers(1, 3)))] for i in range(k)]
+    if draw(st.booleans()):
+        shared = "a document every retrieval returns: " + " ".join(draw(_WORDS))
+        for texts in contexts:
+            texts.insert(draw(st.integers(0, len(texts))), shared)
     return k, order, contexts, draw(st.booleans())
 
 
@@ -182,7 +187,7 @@ def test_k_retrievals_and_k_generations_in_any_interleaving_pair_one_to_one(
     root = traces.open("agent")
     ids: dict[tuple[str, int], int] = {}
     for t, (what, i) in enumerate(order):
-        question = f"Question number {i} about " + contexts[i][0][8:]
+        question = f"Question number {i} about " + " ".join(contexts[i][-1].split()[2:])
         if what == "r":
             attrs = _oi_retriever(question, contexts[i])
         else:
