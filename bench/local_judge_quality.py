@@ -35,14 +35,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.hotpotqa import DATA
 from ragtrace.judges import judge_and_score
 from ragtrace.judges.base import JudgeRequest
 from ragtrace.judges.encoder import Encoder, get_encoder
 from ragtrace.judges.lexical import bm25_scores, content_tokens, tokens
 from ragtrace.judges.local import LocalJudge
 from ragtrace.scoring import Aspect, ContextPrecision, RagSample
-
-DATA = Path("/work/shared/data/hotpotqa_dev_500.jsonl")
 
 
 class StoredEncoder:
