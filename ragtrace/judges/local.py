@@ -10,8 +10,8 @@ benchmark `bench/local_judge_quality.py`):
 
 - `confidence` of a context: a logistic regression, fitted as a probability (not shifted), of the
   cosine between the context and "query + reference", the IDF-weighted share of the query's content
-  words in the context, the share of the reference's own words (those not in the query) in the context,
-  and whether the reference's answer phrase occurs verbatim. `useful` is an absolute floor on that
+  words in the context and in its opening sentence, the share of the reference's own words (those not
+  in the query) in the context, and whether the reference's answer phrase occurs verbatim. `useful` is an absolute floor on that
   probability, the same whatever else was retrieved: a list of distractors gets no useful context
   because one of them is the least bad. A context that holds every word the reference adds to the
   query (for "The answer is X.", the context states X) is useful whatever the other evidence says: it
@@ -58,6 +58,7 @@ class _Evidence:
 
     similarity: float
     query_coverage: float
+    lead_coverage: float
     reference_coverage: float
     answer_found: bool
     confidence: float
@@ -116,16 +117,18 @@ class LocalJudge(PerProcessState):
     # maximum-likelihood fit of P(gold) on the even-numbered items of the shipped HotpotQA subset
     # (bench/local_judge_quality.py reports the odd-numbered ones as held out). `confidence` is that
     # probability; `useful` is the absolute floor USEFUL_THRESHOLD on it.
-    WEIGHTS = (5.854, 5.362, 2.162, 0.57)
-    BIAS = -6.431
+    # A fifth weight is on the query's share in the context's opening sentence: a passage opens by naming
+    # its subject, so a query answered by this passage's subject is told from one merely mentioned in it.
+    WEIGHTS = (5.337, 3.588, 2.09, 0.7, 3.465)
+    BIAS = -6.268
     # When the reference adds no content word of its own ("yes", or an answer already named in the
     # query), reference evidence cannot separate contexts; then the query alone is judged, with
-    # weights on (query similarity, query coverage) fitted the same way. Query evidence alone is weaker,
-    # so its floor is lower: at 0.5 a third of comparison questions would find no useful context at all.
-    QUERY_ONLY_WEIGHTS = (10.056, 4.705)
-    QUERY_ONLY_BIAS = -7.404
+    # weights fitted the same way. Query evidence alone is weaker, so its floor is lower (at 0.5, one
+    # comparison question in eight finds no useful context at all).
+    QUERY_ONLY_WEIGHTS = (8.607, 0.384, 7.129)  # (query similarity, query coverage, opening coverage)
+    QUERY_ONLY_BIAS = -6.876
     USEFUL_THRESHOLD = 0.5
-    QUERY_ONLY_USEFUL_THRESHOLD = 0.3
+    QUERY_ONLY_USEFUL_THRESHOLD = 0.4
     HIGH_THRESHOLD = 0.75
     LOW_THRESHOLD = 0.25
     USED_COVERAGE = 0.5
@@ -247,6 +250,7 @@ class LocalJudge(PerProcessState):
             evidence = self._evidence(
                 float(similarities[i]),
                 lexical.coverage(query_terms, doc_sets[i], weights),
+                lexical.coverage(query_terms, _opening_terms(contexts[i]), weights),
                 lexical.coverage(reference_terms, doc_sets[i], weights) if reference_terms else 0.0,
                 any(lexical.contains_phrase(p, docs[i]) for p in phrases),
                 use_reference,
@@ -280,15 +284,22 @@ class LocalJudge(PerProcessState):
         return Verdicts(contexts=verdicts, missing=[], claims=claim_verdicts), truncated
 
     def _evidence(
-        self, similarity: float, query_cov: float, reference_cov: float, answer_found: bool, has_ref: bool
+        self,
+        similarity: float,
+        query_cov: float,
+        lead_cov: float,
+        reference_cov: float,
+        answer_found: bool,
+        has_ref: bool,
     ) -> _Evidence:
         if has_ref:
             w = self.WEIGHTS
-            z = self.BIAS + w[0] * similarity + w[1] * query_cov + w[2] * reference_cov + w[3] * answer_found
+            features = (similarity, query_cov, reference_cov, float(answer_found), lead_cov)
+            z = self.BIAS + sum(wi * x for wi, x in zip(w, features, strict=True))
         else:
             wq = self.QUERY_ONLY_WEIGHTS
-            z = self.QUERY_ONLY_BIAS + wq[0] * similarity + wq[1] * query_cov
-        return _Evidence(similarity, query_cov, reference_cov, answer_found, _sigmoid(z))
+            z = self.QUERY_ONLY_BIAS + wq[0] * similarity + wq[1] * query_cov + wq[2] * lead_cov
+        return _Evidence(similarity, query_cov, lead_cov, reference_cov, answer_found, _sigmoid(z))
 
     def _level(self, confidence: float, floor: float) -> RelevanceLevel:
         if confidence >= max(self.HIGH_THRESHOLD, floor):
@@ -368,11 +379,17 @@ def _answer_phrases(text: str, query_terms: set[str]) -> list[list[str]]:
     return [r for r in runs if len(r) > 1 or (r and len(r[0]) > 2 and r[0] not in lexical.POLARITY)]
 
 
+def _opening_terms(context: str) -> set[str]:
+    """The content words of the context's first sentence, where a passage names what it is about."""
+    first = (lexical.split_sentences(context) or [context])[0]
+    return set(lexical.content_tokens(first))
+
+
 def _reason(evidence: _Evidence, has_reference: bool, used_why: str) -> str:
     anchor = "query+reference" if has_reference else "query"
     parts = [
         f"similarity {evidence.similarity:.2f} to {anchor}",
-        f"{evidence.query_coverage:.0%} of query terms",
+        f"{evidence.query_coverage:.0%} of query terms ({evidence.lead_coverage:.0%} in its opening)",
     ]
     if has_reference:
         parts.append(f"{evidence.reference_coverage:.0%} of reference terms")
