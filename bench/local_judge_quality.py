@@ -15,7 +15,8 @@ then mostly comparison and yes/no questions):
   distractors only), the share of items where "absent" scores no higher than "ranks 4-5", and the share
   where "absent" is labelled fail;
 - `answer_verbatim`: of the contexts that hold the answer string (answers other than yes/no), the share
-  judged useful, and the AUC over the other contexts;
+  judged useful, apart for answers that add words to the query and answers the query already names
+  (comparisons: "Which is older, A or B?" -> "A"), and the AUC over the other contexts;
 - `median_latency_ms` per 10-context item, cold: a fresh judge, nothing cached, first `--latency-items`.
 
 On two shared cores a full run embeds ~580k tokens (tens of minutes). `--store FILE` keeps the
@@ -154,6 +155,8 @@ async def run(items: list[dict[str, Any]], claims_items: int, encoder: StoredEnc
             if item["answer"].strip().lower() not in ("yes", "no")
             else [False] * len(docs)
         )
+        # "Which is older, A or B?" -> "A": the answer names a query entity, not a fact beyond the query.
+        named_in_query = set(content_tokens(item["answer"])) <= set(content_tokens(item["question"]))
         per_item.append(
             {
                 "labels": labels,
@@ -167,6 +170,7 @@ async def run(items: list[dict[str, Any]], claims_items: int, encoder: StoredEnc
                 "precision_absent": absent.score or 0.0,
                 "absent_fails": absent.label == "fail",
                 "verbatim": verbatim,
+                "answer_named_in_query": named_in_query,
             }
         )
     return {"per_item": per_item, "claims": await claims_check(judge, items[:claims_items])}
@@ -210,15 +214,23 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "share_no_gold_not_above_4_5": round(not_above / n, 4),
         "share_no_gold_labelled_fail": round(sum(r["absent_fails"] for r in rows) / n, 4),
     }
-    stated = [u for r in rows for u, v in zip(r["useful"], r["verbatim"], strict=True) if v]
+    def stated(named: bool) -> list[bool]:
+        return [
+            u for r in rows if r["answer_named_in_query"] == named
+            for u, v in zip(r["useful"], r["verbatim"], strict=True) if v
+        ]
+
+    beyond, named = stated(False), stated(True)
     others = [
         a for r in rows
         if (a := auc([s for s, v in zip(r["local"], r["verbatim"], strict=True) if not v],
                      [y for y, v in zip(r["labels"], r["verbatim"], strict=True) if not v])) is not None
     ]
     out["answer_verbatim"] = {
-        "contexts": len(stated),
-        "share_useful": round(sum(stated) / len(stated), 4) if stated else None,
+        "contexts": len(beyond) + len(named),
+        "share_useful": round((sum(beyond) + sum(named)) / (len(beyond) + len(named) or 1), 4),
+        "answer_beyond_query": {"contexts": len(beyond), "share_useful": round(sum(beyond) / (len(beyond) or 1), 4)},
+        "answer_named_in_query": {"contexts": len(named), "share_useful": round(sum(named) / (len(named) or 1), 4)},
         "auc_other_contexts": mean(others),
     }
     return out
