@@ -134,6 +134,7 @@ class Encoder:
         backend: Backend = "auto",
     ) -> None:
         np = _require("numpy")
+        self._recipe = (path, max_length, batch_size, blas_threads, backend)
         if backend == "auto":
             backend = "onnxruntime" if importlib.util.find_spec("onnxruntime") else "numpy"
         self.backend: Literal["onnxruntime", "numpy"] = backend
@@ -196,6 +197,13 @@ class Encoder:
                     ln2_b=w[p + "output.LayerNorm.bias"],
                 )
             )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as the recipe, not the weights or the runtime session: another process (the scoring
+        process of `worker="process"`) loads its own copy, the process-wide one where this is that."""
+        if self is _encoder:
+            return (get_encoder, ())
+        return (Encoder, self._recipe)
 
     def fingerprint(self) -> str:
         """A digest of what decides the vectors: the forward-pass code, the model files, backend and cut."""

@@ -11,9 +11,9 @@ benchmark `bench/local_judge_quality.py`):
 - `confidence` of a context: a logistic regression, fitted as a probability (not shifted), of the
   cosine between the context and "query + reference", the IDF-weighted share of the query's content
   words in the context and in its opening sentence, the share of the reference's own words (those not
-  in the query) in the context, and whether the reference's answer phrase occurs verbatim. `useful` is an absolute floor on that
-  probability, the same whatever else was retrieved: a list of distractors gets no useful context
-  because one of them is the least bad. A context that holds every word the reference adds to the
+  in the query) in the context, and whether the reference's answer phrase occurs verbatim. `useful` is
+  an absolute floor on that probability, the same whatever else was retrieved: a list of distractors
+  gets no useful context because one of them is the least bad. A context that holds every word the reference adds to the
   query (for "The answer is X.", the context states X) is useful whatever the other evidence says: it
   can produce the answer, which is the question asked.
   When the reference adds no content word of its own (a "yes" or "no", an answer already named in the
