@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from bench.hotpotqa import DATA
-from ragtrace.cli_eval import main as cli
+from ragtrace.cli import main as cli
 
 
 def rows(path: Path, limit: int | None, gold_first: bool) -> list[dict[str, Any]]:

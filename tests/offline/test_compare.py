@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from bench.hotpotqa import load_items
-from ragtrace.cli_eval import main
+from ragtrace.cli import main
 from ragtrace.offline import compare as compare_module
 from ragtrace.offline.compare import _ranks, compare, load_results, wilcoxon_signed_rank
-from tests.offline.test_cli_eval import JUDGE, expected_precision_mean, make_rows, write_jsonl
+from tests.offline.gold import JUDGE, expected_precision_mean, make_rows, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 HOTPOT_ITEMS = int(os.environ.get("RAGTRACE_HOTPOT_ITEMS", "20"))
@@ -149,7 +149,7 @@ def shared_local_judge() -> Any:
 
 TWO_RUNS = """
 import json, sys
-from ragtrace.cli_eval import main
+from ragtrace.cli import main
 codes = [main(json.loads(argv)) for argv in sys.argv[1:]]
 sys.exit(codes[0] * 10 + codes[1])
 """
