@@ -17,17 +17,22 @@ import pytest
 from bench.hotpotqa import load_items
 from ragtrace.cli import main
 from ragtrace.offline import compare as compare_module
-from ragtrace.offline.compare import _ranks, compare, load_results, wilcoxon_signed_rank
+from ragtrace.offline.compare import compare, load_results, wilcoxon_signed_rank
 from tests.offline.gold import JUDGE, expected_precision_mean, make_rows, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 HOTPOT_ITEMS = int(os.environ.get("RAGTRACE_HOTPOT_ITEMS", "20"))
 
 
+def average_ranks(values: list[float]) -> list[float]:
+    """1-based ranks by their definition: the values below, plus the middle of the run of equal values."""
+    return [sum(w < v for w in values) + (sum(w == v for w in values) + 1) / 2 for v in values]
+
+
 def brute_force_p(diffs: list[float]) -> float:
     """Two-sided p by enumerating every sign assignment of the ranked non-zero differences."""
     nonzero = [d for d in diffs if d != 0]
-    ranks = _ranks([abs(d) for d in nonzero])
+    ranks = average_ranks([abs(d) for d in nonzero])
     observed = sum(r for r, d in zip(ranks, nonzero, strict=True) if d > 0)
     sums = [sum(r for r, s in zip(ranks, signs, strict=True) if s) for signs in
             itertools.product([False, True], repeat=len(nonzero))]
