@@ -41,7 +41,7 @@ def trace_spans(k: int, seed: int) -> list[ReadableSpan]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("bench")
-    words = "kettle warranty return refund support weekday litre boil minute purchase".split()
+    words = ["kettle", "warranty", "return", "refund", "support", "weekday", "litre", "boil", "minute", "purchase"]
     root = tracer.start_span("agent", start_time=0)
     context = set_span_in_context(root)
     questions = [f"question {i}: " + " ".join(rng.choices(words, k=8)) for i in range(k)]

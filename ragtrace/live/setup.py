@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ragtrace.judges.base import Judge
-from ragtrace.judges.resolve import resolve_judge
+from ragtrace.judges.resolve import is_local_judge, resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
 from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.metrics import RagtraceMetrics
@@ -183,11 +183,9 @@ def _scoring_options(
 ) -> dict[str, Any]:
     """The scoring keyword arguments, judge and metrics included; `options` (scoring arguments) last."""
     spec = settings.judge if judge is None else judge
-    is_llm = isinstance(spec, str) and not (spec == "local" or spec.startswith("local/"))
-    judge_options = {"api_base": settings.judge_api_base} if is_llm and settings.judge_api_base else {}
     kwargs = settings.processor_options()
-    kwargs["judge"] = resolve_judge(spec, **judge_options)
-    if not is_llm and isinstance(spec, str) and not concurrency_chosen:
+    kwargs["judge"] = resolve_judge(spec, api_base=settings.judge_api_base)
+    if is_local_judge(spec) and not concurrency_chosen:
         # The local judge is CPU work (~0.35 s a sample) on the app's own cores: one sample at a time in
         # the app's process unless asked otherwise (the gateway, a process of its own, keeps the default).
         kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY

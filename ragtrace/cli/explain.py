@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 
-def run_explain(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    """`ragtrace explain FILE`: the capture code's report on each trace of the file, as text."""
     from ragtrace.capture.explain import explain, render
     from ragtrace.offline.replay import ReplayError, read_spans
 
@@ -30,9 +31,9 @@ def run_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_explain_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """The `explain` subcommand, for `ragtrace.cli`."""
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def add_parser(subcommands: Any) -> argparse.ArgumentParser:
+    """Add `explain` to the `ragtrace` command's subcommands."""
+    parser: argparse.ArgumentParser = subcommands.add_parser(
         "explain",
         help="say how each span of exported traces was read, and why a trace was or was not scored",
         description="For each trace of an OTLP export: how each span was classified and by which convention, "
@@ -44,5 +45,8 @@ def add_explain_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="json: one request per line; proto: one message or length-delimited messages")
     parser.add_argument("--trace", help="only the trace whose hex id starts with this")
     parser.add_argument("--width", type=int, default=200, help="cut texts longer than this (default 200)")
-    parser.set_defaults(func=run_explain)
+    parser.set_defaults(func=run)
     return parser
+
+
+__all__ = ["add_parser", "run"]
