@@ -15,11 +15,24 @@ import os
 from typing import Any
 
 from _pipeline import Placement, finish, scored_provider
+from llama_index.core.instrumentation import get_dispatcher
 from llamaindex_app import QUESTION, build_index, build_query_engine, llm_settings
 from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor
+from opentelemetry.instrumentation.llamaindex.dispatcher_wrapper import OpenLLMetryEventHandler, OpenLLMetrySpanHandler
 from opentelemetry.sdk.trace import TracerProvider
 
 from ragtrace.judges.base import Judge
+
+
+def uninstrument(instrumentor: LlamaIndexInstrumentor) -> None:
+    """`uninstrument()`, plus what 0.62.4's misses: the span and event handlers it added to LlamaIndex's root
+    dispatcher. Left there, they keep tracing to the first TracerProvider, and a second `instrument()` in the
+    process adds another pair, whose spans leave a context attached after the request (the next trace of the
+    thread would become its child)."""
+    instrumentor.uninstrument()
+    dispatcher = get_dispatcher()
+    dispatcher.span_handlers = [h for h in dispatcher.span_handlers if not isinstance(h, OpenLLMetrySpanHandler)]
+    dispatcher.event_handlers = [h for h in dispatcher.event_handlers if not isinstance(h, OpenLLMetryEventHandler)]
 
 
 def main(
@@ -39,7 +52,7 @@ def run(provider: TracerProvider) -> None:
         try:
             build_query_engine(index).query(QUESTION)
         finally:
-            instrumentor.uninstrument()
+            uninstrument(instrumentor)  # instrumentors patch LlamaIndex globally
 
 
 if __name__ == "__main__":

@@ -194,6 +194,11 @@ def test_llamaindex_openllmetry(otlp_receiver: OtlpReceiver, local_judge: Judge,
     [inner] = [s for s in otlp_receiver.spans()
                if s.name == "VectorIndexRetriever.task" and s.span_id != span.span_id]
     assert inner.parent_span_id == span.span_id, "the outer of the two nested retriever tasks is scored"
+    from llama_index.core.instrumentation import get_dispatcher
+
+    dispatcher = get_dispatcher()
+    left = [type(h).__name__ for h in [*dispatcher.span_handlers, *dispatcher.event_handlers]]
+    assert not any(name.startswith("OpenLLMetry") for name in left), "the example's uninstrument left a handler"
 
 
 @pytest.mark.parametrize("shape", ["prompt", "chat"])
