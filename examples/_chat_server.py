@@ -62,7 +62,14 @@ def local_chat_server(answers: Mapping[str, str], default: str = "I don't know."
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with serve(Handler) as base_url:
+        yield base_url
+
+
+@contextmanager
+def serve(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` on a free port of 127.0.0.1, in a thread; yields the base URL (…/v1)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"

@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from _chat_server import serve
 from _pipeline import finish, scored_provider
 
 from ragtrace.instrument import generation_span, retrieval_span
@@ -66,19 +64,8 @@ class JudgeModel(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-@contextmanager
-def local_judge_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), JudgeModel)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def main(endpoint: str | None = None) -> dict[str, Any]:
-    with local_judge_server() as api_base:
+    with serve(JudgeModel) as api_base:
         # the same as RAGTRACE_JUDGE=openai/local-judge RAGTRACE_JUDGE_API_BASE=<api_base>
         judge = LLMJudge("openai/local-judge", api_base=api_base, api_key="unused", max_retries=0)
         provider, memory = scored_provider("llm-judge-app", endpoint=endpoint, judge=judge)
