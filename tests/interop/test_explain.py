@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
-from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -86,35 +85,3 @@ def test_explain_a_file_exported_from_each_producer(
     for verdict in verdicts:
         assert verdict in out
     assert f"{len(traces)} trace(s), 1 with samples, {len(traces) - 1} without" in out
-
-
-def test_explain_says_why_a_trace_was_not_scored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A trace whose only retrieval's documents are broken JSON, and one with nothing RAG in it."""
-    provider = TracerProvider()
-    memory = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("app")
-    with tracer.start_as_current_span("rag", context=Context()):  # a root whatever another test left current
-        with tracer.start_as_current_span("retrieve", attributes={"gen_ai.operation.name": "retrieval",
-                                                                  "gen_ai.retrieval.query.text": "Which port?",
-                                                                  "gen_ai.retrieval.documents": "[{broken"}):
-            pass
-        with tracer.start_as_current_span("llm", attributes={"openinference.span.kind": "LLM",
-                                                             "llm.output_messages.0.message.content": "8080"}):
-            pass
-    with tracer.start_as_current_span("health check", context=Context()):
-        pass
-    exported = tmp_path / "unscored.jsonl"
-    exported.write_text(json_format.MessageToJson(encode_spans(memory.get_finished_spans()), indent=None) + "\n")
-    assert main(["explain", str(exported)]) == 0
-    out = capsys.readouterr().out
-    assert ("why not scored: every retrieval span was passed over: "
-            "a retrieval's documents attribute is not valid JSON") in out
-    assert "'retrieve' [" in out and "retrieval (genai): passed over (invalid_documents_json)" in out
-    assert "why not scored: no span is a retrieval" in out
-    assert "2 trace(s), 0 with samples, 2 without" in out
-
-
-def test_explain_a_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", str(tmp_path / "nope.jsonl")]) == 2
-    assert "no such file" in capsys.readouterr().err
