@@ -34,3 +34,25 @@ def test_the_last_traces_closed_are_explained(rig: Callable[..., Rig], placement
 def test_a_decision_log_needs_a_positive_size() -> None:
     with pytest.raises(ValueError, match="size"):
         DecisionLog(size=0)
+
+
+def test_install_takes_a_decision_log() -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from ragtrace.live import install
+    from tests.live.fakes import ScriptedJudge
+
+    log = DecisionLog(size=5)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    try:
+        processor = install(provider, judge=ScriptedJudge(), sample_rate=1.0, decision_log=log)
+        assert processor is not None and processor.decision_log is log
+        rag_trace(provider.get_tracer("app"), query="asked through install")
+        assert provider.force_flush(5000)
+        [report] = log.explain()
+        assert [c.sample.query for c in report.samples] == ["asked through install"]
+    finally:
+        provider.shutdown()
