@@ -11,6 +11,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
     from ragtrace.gateway import Gateway
     from ragtrace.live.setup import RagtraceSettings
+
+logger = logging.getLogger("ragtrace.gateway")
 
 # Command-line flags that are RagtraceSettings fields (flag dest == field name).
 SETTING_FLAGS = (
@@ -37,6 +40,10 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
     _add_listening_options(parser)
     _add_scoring_options(parser)
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--stats-interval", type=float, default=60.0,
+        help="seconds between INFO lines with the received / forwarded / scored counts (default 60)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from ragtrace.gateway import Gateway
     from ragtrace.live.otlp import otlp_meter_provider
 
-    logging.basicConfig(level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _configure_logging(str(args.log_level).upper())
     try:
         settings = settings_of(args)
         meter_provider = otlp_meter_provider(args.exporter_endpoint, args.exporter_protocol)
@@ -110,12 +117,34 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"ragtrace serve: {exc}", file=sys.stderr)
         return 2
-    _serve_until_signalled(gateway, settings, meter_provider)
+    _serve_until_signalled(gateway, settings, meter_provider, args.stats_interval)
     print(f"ragtrace serve: stopped {gateway.health()}", flush=True)
     return 0
 
 
-def _serve_until_signalled(gateway: Gateway, settings: RagtraceSettings, meter_provider: MeterProvider) -> None:
+def _configure_logging(level: str) -> None:
+    """The gateway's own lines at `level`; the drift scheduler's per-run chatter only at DEBUG."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+
+def _log_counts(gateway: Gateway, last: dict[str, Any]) -> dict[str, Any]:
+    """One INFO line with what the gateway did, when anything changed since `last`."""
+    health = gateway.health()
+    counts = {key: health[key] for key in ("received_spans", "rejected_spans", "forwarded_spans", "decisions")}
+    if counts != last:
+        logger.info(
+            "ragtrace gateway: received %d spans (%d rejected), forwarded %d, held %d; decisions %s",
+            counts["received_spans"], counts["rejected_spans"], counts["forwarded_spans"], health["held_spans"],
+            counts["decisions"] or "{}",
+        )
+    return counts
+
+
+def _serve_until_signalled(
+    gateway: Gateway, settings: RagtraceSettings, meter_provider: MeterProvider, stats_interval: float
+) -> None:
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: object) -> None:
@@ -130,8 +159,12 @@ def _serve_until_signalled(gateway: Gateway, settings: RagtraceSettings, meter_p
             f"health={gateway.health_port or '-'} judge={settings.judge} sample_rate={settings.sample_rate}",
             flush=True,
         )
+        counts: dict[str, Any] = {}
+        next_stats = time.monotonic() + stats_interval
         while not stop.wait(0.5):
-            pass
+            if time.monotonic() >= next_stats:
+                counts = _log_counts(gateway, counts)
+                next_stats = time.monotonic() + stats_interval
         print("ragtrace serve: stopping, flushing held spans", flush=True)
     finally:
         gateway.shutdown()

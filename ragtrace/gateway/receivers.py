@@ -6,6 +6,7 @@ answers with the sink's health on the OTLP HTTP port, and alone on an optional h
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import logging
@@ -50,6 +51,23 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def _cannot_bind(what: str, host: str, port: int, cause: OSError) -> OSError:
+    """The error a taken or unbindable port becomes: it names the transport, the address and the port."""
+    reason = f"port {port} is already in use" if cause.errno == errno.EADDRINUSE else cause.strerror or str(cause)
+    return OSError(cause.errno, f"cannot listen for {what} on {url_host(host)}:{port}: {reason}")
+
+
+def _bind_error(host: str, port: int) -> OSError:
+    """Why `host:port` cannot be bound, found by binding it (gRPC reports only that it failed)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc
+    return OSError(errno.EADDRNOTAVAIL, "gRPC could not bind it")
+
+
 # ------------------------------------------------------------------------------------------------ gRPC
 
 
@@ -67,13 +85,18 @@ class GrpcReceiver:
     def __init__(self, sink: TraceSink, host: str, port: int, workers: int = 8) -> None:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragtrace-grpc"),
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)],
+            # gRPC sets SO_REUSEPORT by default, so a second server on a taken port starts silently and the
+            # kernel splits the traffic between them: off, a taken port is an error.
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)],
         )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(sink), self._server)  # type: ignore[no-untyped-call]
         address = f"{url_host(host)}:{port}"
-        self.port: int = self._server.add_insecure_port(address)
+        try:
+            self.port: int = self._server.add_insecure_port(address)
+        except RuntimeError:  # grpcio >= 1.50 raises; older versions return 0
+            self.port = 0
         if not self.port:
-            raise OSError(f"cannot bind OTLP gRPC to {address}")
+            raise _cannot_bind("OTLP gRPC", host, port, _bind_error(host, port))
 
     def start(self) -> None:
         self._server.start()
@@ -166,7 +189,10 @@ class HttpReceiver:
 
     def __init__(self, sink: TraceSink, host: str, port: int, *, otlp: bool = True) -> None:
         server_class = _V6Server if ":" in host else ThreadingHTTPServer
-        self._server = server_class((host, port), _handler(sink, otlp))
+        try:
+            self._server = server_class((host, port), _handler(sink, otlp))
+        except OSError as exc:
+            raise _cannot_bind("OTLP HTTP" if otlp else "health checks", host, port, exc) from exc
         self._server.daemon_threads = True
         self._name = "ragtrace-http" if otlp else "ragtrace-health"
         self._thread: threading.Thread | None = None

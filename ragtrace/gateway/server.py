@@ -14,16 +14,17 @@ import logging
 import threading
 from typing import Any
 
+from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ragtrace.gateway.convert import received_spans, span_count
-from ragtrace.gateway.next_hop import otlp_exporting
+from ragtrace.gateway.next_hop import next_hop_url, otlp_exporting, refuse_self_forwarding
 from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, url_host
 from ragtrace.gateway.settling import RootSettler
 from ragtrace.judges.base import Judge
@@ -33,6 +34,29 @@ from ragtrace.live.sampling import Sampler
 from ragtrace.live.setup import RagtraceSettings
 
 logger = logging.getLogger(__name__)
+
+
+class _CountingForward(SpanProcessor):
+    """The next hop with a count of the spans handed to it (what `/healthz` and the logs call forwarded)."""
+
+    def __init__(self, next_hop: SpanProcessor) -> None:
+        self._next_hop = next_hop
+        self._lock = threading.Lock()
+        self.forwarded = 0
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self._next_hop.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._next_hop.on_end(span)
+        with self._lock:
+            self.forwarded += 1
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._next_hop.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self._next_hop.shutdown()
 
 
 class Gateway:
@@ -76,7 +100,9 @@ class Gateway:
             kwargs["metrics"] = settings.build_metrics(meter_provider)
         kwargs.update(processor_options)
         self._sampler: Sampler = kwargs["sampler"]
-        self._exporting = exporting if exporting is not None else otlp_exporting(exporter_endpoint, exporter_protocol)
+        self._exporting = _CountingForward(
+            exporting if exporting is not None else otlp_exporting(exporter_endpoint, exporter_protocol)
+        )
         self.processor = RagScoringSpanProcessor(self._exporting, judge=resolved, **kwargs)
         self._settler = RootSettler(self.processor, self._sampler, trace_settle, max_settling_roots)
         self._lock = threading.Lock()
@@ -86,6 +112,7 @@ class Gateway:
         self._closing = False
         self._stopped = threading.Event()
         self._host = host
+        self._next_hop = "a caller-supplied span processor"
         self._grpc: GrpcReceiver | None = None
         self._http: HttpReceiver | None = None
         self._health: HttpReceiver | None = None
@@ -96,6 +123,10 @@ class Gateway:
                 self._http = HttpReceiver(self, host, http_port)
             if health_port is not None:
                 self._health = HttpReceiver(self, host, health_port, otlp=False)
+            if exporting is None:
+                ports = [r.port for r in self._receivers()]
+                refuse_self_forwarding(exporter_endpoint, exporter_protocol, host, ports)
+                self._next_hop = next_hop_url(exporter_endpoint, exporter_protocol)
         except BaseException:
             self._close_servers()
             self._settler.close()
@@ -139,7 +170,10 @@ class Gateway:
         """Start serving (returns self, so `with Gateway(...).start() as gw:` works)."""
         for receiver in self._receivers():
             receiver.start()
-        logger.info("ragtrace gateway: OTLP gRPC on %s, HTTP on %s", self.grpc_port or "-", self.http_port or "-")
+        logger.info(
+            "ragtrace gateway: listening for OTLP gRPC on %s, HTTP on %s; forwarding to %s",
+            self.grpc_port or "-", self.http_port or "-", self._next_hop,
+        )
         return self
 
     def export(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
@@ -171,6 +205,7 @@ class Gateway:
             "requests": requests,
             "received_spans": received,
             "rejected_spans": rejected,
+            "forwarded_spans": self._exporting.forwarded,
             "settling_roots": self._settler.waiting,
             "held_spans": self.processor.held_spans,
             "open_traces": self.processor.open_traces,

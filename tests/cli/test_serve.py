@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,3 +82,84 @@ def test_serve_subprocess_flushes_on_sigterm(otlp_receiver: OtlpReceiver) -> Non
     decisions = otlp_receiver.wait_for_metric("ragtrace.evaluation.decisions", timeout=5)
     assert any(p.attributes.get("decision") == "scored" for p in decisions.data_points)
     assert otlp_receiver.wait_for_metric("ragtrace.evaluation.score", timeout=5).data_points
+
+
+# ------------------------------------------------------------------ no loop, no collision, useful logs
+
+
+def serve_command(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "ragtrace", "serve", "--judge", "local", *argv]
+
+
+def free_port() -> int:
+    """A port free a moment ago (for the self-forwarding test, which needs the port before serving)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("hop_host", ["localhost", "127.0.0.1", "0.0.0.0"])
+def test_serve_refuses_to_forward_to_itself(hop_host: str) -> None:
+    port = free_port()
+    result = subprocess.run(
+        serve_command("--grpc-port", str(port), "--http-port", "-1", "--exporter-endpoint", f"http://{hop_host}:{port}"),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "own listening address" in result.stderr and str(port) in result.stderr
+    assert "listening" not in result.stdout
+
+
+def test_serve_refuses_a_grpc_port_another_grpc_server_holds(otlp_receiver: OtlpReceiver) -> None:
+    """The receiver is a gRPC server (SO_REUSEPORT on, as gRPC sets it): binding its port must still fail."""
+    port = otlp_receiver.grpc_endpoint.rsplit(":", 1)[1]
+    result = subprocess.run(
+        serve_command("--grpc-port", port, "--http-port", "-1", "--exporter-endpoint", otlp_receiver.http_endpoint),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"port {port} is already in use" in result.stderr and "gRPC" in result.stderr
+
+
+def test_serve_refuses_a_taken_http_port(otlp_receiver: OtlpReceiver) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = subprocess.run(
+            serve_command("--grpc-port", "-1", "--http-port", port, "--exporter-endpoint", otlp_receiver.grpc_endpoint),
+            capture_output=True, text=True, timeout=60,
+        )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"port {port} is already in use" in result.stderr and "HTTP" in result.stderr
+
+
+def test_serve_logs_what_matters_at_info(otlp_receiver: OtlpReceiver) -> None:
+    """INFO: listening, next hop, the counts; the drift scheduler's per-run lines stay out."""
+    env = {**os.environ, "RAGTRACE_SAMPLE_RATE": "1.0", "RAGTRACE_DRIFT_INTERVAL": "0.2"}
+    command = serve_command(
+        "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
+        "--trace-settle", "0", "--stats-interval", "0.2", "--log-level", "INFO",
+    )
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        ports = dict(part.split("=", 1) for part in line.split()[3:6])
+        provider = app_provider(GrpcSpanExporter(endpoint=f"http://127.0.0.1:{ports['grpc']}", insecure=True))
+        ids = plain_trace(provider.get_tracer("app"), 3)
+        assert provider.force_flush(5000)
+        provider.shutdown()
+        otlp_receiver.wait_for_spans(len(ids), timeout=10)
+        time.sleep(1.0)  # several stats intervals and drift runs
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert f"forwarding to {otlp_receiver.grpc_endpoint}" in err
+    assert "listening for OTLP gRPC on" in err
+    assert f"received {len(ids)} spans (0 rejected), forwarded {len(ids)}" in err
+    assert "apscheduler" not in err, err
