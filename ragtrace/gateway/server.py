@@ -25,7 +25,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ragtrace.gateway.convert import received_spans, span_count
 from ragtrace.gateway.next_hop import next_hop_url, otlp_exporting, refuse_self_forwarding
-from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, url_host
+from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, ReceiverLimits, url_host
+from ragtrace.gateway.security import ReceiverSecurity
 from ragtrace.gateway.settling import RootSettler
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
@@ -67,6 +68,8 @@ class Gateway:
     grpc_port / http_port: 0 picks a free port, None disables that transport. health_port: an extra
     port serving only `GET /healthz` (it is always served on the HTTP port too).
     trace_settle: seconds a root is held so that late children join its trace (0 disables).
+    limits: what a client may cost (body size, timeouts, connections; `ReceiverLimits`).
+    security: TLS and a required header on both transports (`ReceiverSecurity`); none by default.
     processor_options: any further `RagScoringSpanProcessor` argument (e.g. `sampler`, `tick_interval`).
     """
 
@@ -85,6 +88,8 @@ class Gateway:
         trace_settle: float = 1.0,
         max_settling_roots: int = 10_000,
         grpc_workers: int = 8,
+        limits: ReceiverLimits | None = None,
+        security: ReceiverSecurity | None = None,
         meter_provider: MeterProvider | None = None,
         **processor_options: Any,
     ) -> None:
@@ -112,17 +117,22 @@ class Gateway:
         self._closing = False
         self._stopped = threading.Event()
         self._host = host
+        self._security = security or ReceiverSecurity()
         self._next_hop = "a caller-supplied span processor"
         self._grpc: GrpcReceiver | None = None
         self._http: HttpReceiver | None = None
         self._health: HttpReceiver | None = None
         try:
             if grpc_port is not None:
-                self._grpc = GrpcReceiver(self, host, grpc_port, grpc_workers)
+                self._grpc = GrpcReceiver(self, host, grpc_port, grpc_workers, limits=limits, security=self._security)
             if http_port is not None:
-                self._http = HttpReceiver(self, host, http_port)
+                self._http = HttpReceiver(self, host, http_port, limits=limits, security=self._security)
             if health_port is not None:
-                self._health = HttpReceiver(self, host, health_port, otlp=False)
+                # Health stays unauthenticated (probes carry no credentials) but speaks TLS like the rest.
+                health_security = ReceiverSecurity(self._security.tls_cert, self._security.tls_key)
+                self._health = HttpReceiver(
+                    self, host, health_port, otlp=False, limits=limits, security=health_security
+                )
             if exporting is None:
                 ports = [r.port for r in self._receivers()]
                 refuse_self_forwarding(exporter_endpoint, exporter_protocol, host, ports)
@@ -138,7 +148,7 @@ class Gateway:
     def _url(self, port: int | None) -> str:
         if port is None:
             raise RuntimeError("that transport is disabled")
-        return f"http://{url_host(self._host)}:{port}"
+        return f"{self._security.scheme}://{url_host(self._host)}:{port}"
 
     @property
     def grpc_port(self) -> int | None:

@@ -1,0 +1,291 @@
+"""The gateway against hostile or broken clients, over real sockets: bombs, lying lengths, malformed OTLP,
+invalid ids, idle connections. Each answer is quick and clear, memory and threads stay bounded, and the
+valid spans of the same request or of other clients still reach the next hop."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gzip
+import json
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from ragtrace.gateway import Gateway, request_of
+from ragtrace.gateway.receivers import BadRequest, ReceiverLimits, decode_request
+from ragtrace.live.sampling import Sampler
+from ragtrace.live.setup import RagtraceSettings
+from tests.gateway.test_gateway import post, recorded_trace
+from tests.live.fakes import ScriptedJudge
+from tests.servers.otlp import OtlpReceiver
+
+LIMITS = ReceiverLimits(
+    max_request_bytes=1 << 20, max_connections=8, max_concurrent_requests=4,
+    idle_timeout=1.0, read_timeout=0.5, body_timeout=2.0,
+)
+
+
+@pytest.fixture
+def gateway(otlp_receiver: OtlpReceiver) -> Iterator[Gateway]:
+    exporting = BatchSpanProcessor(
+        GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True), schedule_delay_millis=50
+    )
+    gw = Gateway(
+        RagtraceSettings(sample_rate=1.0), judge=ScriptedJudge(), exporting=exporting, grpc_port=0, http_port=0,
+        trace_settle=0.1, limits=LIMITS, sampler=Sampler(1.0), tick_interval=0.01,
+    ).start()
+    yield gw
+    gw.shutdown()
+
+
+def traces_url(gateway: Gateway) -> str:
+    return gateway.http_endpoint + "/v1/traces"
+
+
+def raw_exchange(port: int, data: bytes, *, keep_sending: bytes = b"", timeout: float = 10.0) -> tuple[bytes, float]:
+    """Send `data` (then `keep_sending` until the server answers or closes); the answer and how long it took."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as connection:
+        connection.sendall(data)
+        if keep_sending:
+            connection.setblocking(False)
+            answer = b""
+            while time.monotonic() - started < timeout:
+                with contextlib.suppress(OSError):  # the server may have closed its side already
+                    connection.send(keep_sending)
+                try:
+                    answer = connection.recv(4096)
+                    break
+                except BlockingIOError:
+                    time.sleep(0.01)
+            return answer, time.monotonic() - started
+        return connection.recv(4096), time.monotonic() - started
+
+
+def status_of(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/") else 0
+
+
+def a_valid_request_still_works(gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    (trace,) = recorded_trace(1)
+    before = len(otlp_receiver.spans())
+    status, _ = post(traces_url(gateway), request_of(trace).SerializeToString(),
+                     {"Content-Type": "application/x-protobuf"})
+    assert status == 200
+    assert len(otlp_receiver.wait_for_spans(before + len(trace))) >= before + len(trace)
+
+
+# ------------------------------------------------------------------ bodies
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compression_bomb_is_refused_before_it_inflates(
+    encoding: str, gateway: Gateway, otlp_receiver: OtlpReceiver
+) -> None:
+    inflated = b"\0" * (64 << 20)  # 64 MiB of zeros: ~64 KiB compressed, far over the 1 MiB limit
+    body = gzip.compress(inflated, 1) if encoding == "gzip" else zlib.compress(inflated, 1)
+    del inflated
+    assert len(body) < LIMITS.max_request_bytes
+    status, message = post(traces_url(gateway), body,
+                           {"Content-Type": "application/x-protobuf", "Content-Encoding": encoding})
+    assert status == 413 and b"inflates to more than" in message
+    a_valid_request_still_works(gateway, otlp_receiver)
+
+
+def test_a_small_compressed_request_is_accepted(gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    (trace,) = recorded_trace(1)
+    body = gzip.compress(request_of(trace).SerializeToString())
+    status, _ = post(traces_url(gateway), body, {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+    assert status == 200
+    assert len(otlp_receiver.wait_for_spans(len(trace))) == len(trace)
+
+
+HEAD = b"POST /v1/traces HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/x-protobuf\r\n"
+
+
+def test_a_missing_content_length_is_refused(gateway: Gateway) -> None:
+    answer, _ = raw_exchange(gateway.http_port or 0, HEAD + b"\r\n")
+    assert status_of(answer) == 411
+
+
+def test_a_chunked_body_is_refused(gateway: Gateway) -> None:
+    answer, _ = raw_exchange(gateway.http_port or 0, HEAD + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+    assert status_of(answer) == 411
+
+
+def test_a_negative_content_length_is_refused_without_reading_the_stream(gateway: Gateway) -> None:
+    """The issue's probe: `Content-Length: -1`, then data streamed without end."""
+    answer, took = raw_exchange(
+        gateway.http_port or 0, HEAD + b"Content-Length: -1\r\n\r\n", keep_sending=b"x" * 65536, timeout=10
+    )
+    assert status_of(answer) == 400 and b"negative" in answer
+    assert took < 5
+
+
+def test_an_oversized_content_length_is_refused_at_once(gateway: Gateway) -> None:
+    answer, took = raw_exchange(gateway.http_port or 0, HEAD + b"Content-Length: 1073741824\r\n\r\n")
+    assert status_of(answer) == 413 and took < 5
+
+
+def test_a_content_length_longer_than_the_body_times_out(gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    """The issue's probe waited forever: the read timeout answers 408 and frees the connection."""
+    answer, took = raw_exchange(gateway.http_port or 0, HEAD + b"Content-Length: 1000\r\n\r\nonly this")
+    assert status_of(answer) == 408
+    assert took < 5
+    a_valid_request_still_works(gateway, otlp_receiver)
+
+
+# ------------------------------------------------------------------ malformed OTLP/JSON
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"resourceSpans": [{"scopeSpans": [{"spans": 7}]}]}',
+        b'{"resourceSpans": 7}',
+        b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5}]}]}]}',
+        b"[1, 2]",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+        b"not json at all",
+        b"\xff\xfe",
+    ],
+    ids=["spans-int", "resource-spans-int", "name-int", "list", "deep-array", "deep-object", "text", "not-utf8"],
+)
+def test_malformed_json_is_a_400_with_a_message(body: bytes, gateway: Gateway) -> None:
+    status, message = post(traces_url(gateway), body, {"Content-Type": "application/json"})
+    assert status == 400, message
+    assert message.startswith(b"bad OTLP request: ") and len(message) > len(b"bad OTLP request: ")
+
+
+@given(st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(
+        st.sampled_from(["resourceSpans", "scopeSpans", "spans", "traceId", "spanId", "parentSpanId", "links",
+                         "name", "attributes", "key", "value", "stringValue", "x"]),
+        children, max_size=4,
+    ),
+    max_leaves=30,
+))
+@hypothesis_settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_any_json_document_decodes_or_is_a_bad_request(document: object) -> None:
+    body = json.dumps(document).encode()
+    try:
+        decode_request(body, "application/json", "", 1 << 20)
+    except BadRequest as refused:
+        assert refused.status == 400 and str(refused)
+
+
+@given(st.binary(max_size=300), st.sampled_from(["", "gzip", "deflate"]))
+@hypothesis_settings(max_examples=300, deadline=None)
+def test_any_protobuf_body_decodes_or_is_a_bad_request(body: bytes, encoding: str) -> None:
+    try:
+        decode_request(body, "application/x-protobuf", encoding, 1 << 20)
+    except BadRequest as refused:
+        assert refused.status in (400, 413) and str(refused)
+
+
+# ------------------------------------------------------------------ invalid ids reject only their spans
+
+
+def test_invalid_ids_reject_only_their_spans(gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    """A 17-byte trace id, a 9-byte span id and a 9-byte parent id among valid spans: those three are
+    rejected through partial success; every other span of the request arrives (counted at the receiver),
+    and so do another client's spans sent just after."""
+    traces = recorded_trace(20)
+    request = request_of([span for trace in traces for span in trace])
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[0].trace_id = b"\x01" * 17
+    spans[1].span_id = b"\x02" * 9
+    spans[2].parent_span_id = b"\x03" * 9
+    total = len(spans)
+    with grpc.insecure_channel(f"127.0.0.1:{gateway.grpc_port}") as channel:
+        answer = trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=10)  # type: ignore[no-untyped-call]
+    assert answer.partial_success.rejected_spans == 3
+    assert "valid" in answer.partial_success.error_message
+    (other,) = recorded_trace(1)
+    status, _ = post(traces_url(gateway), request_of(other).SerializeToString(),
+                     {"Content-Type": "application/x-protobuf"})
+    assert status == 200
+    arrived = otlp_receiver.wait_for_spans(total - 3 + len(other), timeout=10)
+    time.sleep(0.3)
+    assert len(otlp_receiver.spans()) == len(arrived) == total - 3 + len(other)
+    assert gateway.health()["rejected_spans"] == 3
+
+
+def test_a_non_hex_json_id_rejects_only_its_span(gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    (trace,) = recorded_trace(1)
+    document = json.loads(json_format.MessageToJson(request_of(trace)))
+    spans = document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    for span in spans:  # OTLP/JSON writes ids as hex
+        for key in ("traceId", "spanId", "parentSpanId"):
+            if key in span:
+                span[key] = base64.b64decode(span[key]).hex()
+    spans[0]["traceId"] = "z" * 32
+    spans[1]["spanId"] = 12345
+    status, body = post(traces_url(gateway), json.dumps(document).encode(), {"Content-Type": "application/json"})
+    assert status == 200
+    assert json.loads(body)["partialSuccess"]["rejectedSpans"] == "2"
+    assert len(otlp_receiver.wait_for_spans(len(trace) - 2, timeout=10)) == len(trace) - 2
+
+
+# ------------------------------------------------------------------ connections
+
+
+def test_idle_connections_are_capped_and_closed(gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    """Slowloris: many idle connections cost at most `max_connections` threads, the others are turned away
+    at once, and the idle ones are closed after `idle_timeout`, so valid traffic gets through again."""
+    threads_before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", gateway.http_port or 0), timeout=5) for _ in range(40)]
+    try:
+        time.sleep(0.3)
+        assert threading.active_count() <= threads_before + LIMITS.max_connections
+        turned_away = 0
+        for connection in idle[LIMITS.max_connections:]:
+            answer = connection.recv(4096)
+            turned_away += status_of(answer) == 503
+        assert turned_away == len(idle) - LIMITS.max_connections
+        time.sleep(LIMITS.idle_timeout + 0.5)
+        closed = sum(connection.recv(4096) == b"" for connection in idle[: LIMITS.max_connections])
+        assert closed == LIMITS.max_connections, "idle connections are closed after idle_timeout"
+        a_valid_request_still_works(gateway, otlp_receiver)
+    finally:
+        for connection in idle:
+            connection.close()
+
+
+def test_grpc_drops_a_connection_that_never_speaks_http2(gateway: Gateway) -> None:
+    with socket.create_connection(("127.0.0.1", gateway.grpc_port or 0), timeout=10) as connection:
+        started = time.monotonic()
+        try:
+            data = connection.recv(4096)
+            while data:  # the server's HTTP/2 settings frame, then the close
+                data = connection.recv(4096)
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - started < LIMITS.read_timeout + 5
+
+
+def test_grpc_refuses_a_message_over_the_limit(gateway: Gateway) -> None:
+    traces = recorded_trace(1)
+    request = request_of(traces[0])
+    request.resource_spans[0].scope_spans[0].spans[0].name = "x" * (2 << 20)
+    address = f"127.0.0.1:{gateway.grpc_port}"
+    with grpc.insecure_channel(address, compression=grpc.Compression.Gzip) as channel, pytest.raises(
+        grpc.RpcError
+    ) as refused:
+        trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=10)  # type: ignore[no-untyped-call]
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
