@@ -42,6 +42,9 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
 _CHUNK = 64 * 1024
+# A refused request's body up to this size is read and dropped before the answer: closing on unread data
+# makes the kernel reset the connection, and the client then sees the reset instead of the 401 or 404.
+_DRAIN_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -302,14 +305,26 @@ def _handler(
                     raise BadRequest(408, f"the body took longer than {limits.body_timeout:g} s")
             return body
 
+        def _drain(self) -> None:
+            """Read and drop a small body of a request refused before its body was read."""
+            try:
+                length = self._content_length()
+                if length <= _DRAIN_BYTES:
+                    self._read_body(length)
+            except (BadRequest, OSError):
+                pass  # the connection closes after the answer anyway
+
         def do_POST(self) -> None:
             if not otlp or self.path.split("?", 1)[0] != "/v1/traces":
+                self._drain()
                 self._refuse(404, "not found: this gateway accepts traces at /v1/traces")
                 return
             if not security.authorized(self.headers.get):
+                self._drain()
                 self._refuse(401, "missing or wrong credentials for this gateway", {"WWW-Authenticate": "Bearer"})
                 return
             if not requests.acquire(timeout=limits.read_timeout):
+                self._drain()
                 self._refuse(503, "too many requests in progress; retry", {"Retry-After": "1"})
                 return
             try:

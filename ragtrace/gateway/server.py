@@ -180,9 +180,12 @@ class Gateway:
         """Start serving (returns self, so `with Gateway(...).start() as gw:` works)."""
         for receiver in self._receivers():
             receiver.start()
+        security = self._security
         logger.info(
-            "ragtrace gateway: listening for OTLP gRPC on %s, HTTP on %s; forwarding to %s",
-            self.grpc_port or "-", self.http_port or "-", self._next_hop,
+            "ragtrace gateway: listening for OTLP gRPC on %s, HTTP on %s (%s, %s); forwarding to %s",
+            self.grpc_port or "-", self.http_port or "-", "TLS" if security.tls else "plaintext",
+            f"{security.required_header[0]} header required" if security.required_header else "no authentication",
+            self._next_hop,
         )
         return self
 

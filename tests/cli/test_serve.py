@@ -10,13 +10,18 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
+import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ragtrace.cli import build_parser
 from ragtrace.cli.serve import settings_of
 from tests.gateway.test_gateway import app_provider, health
+from tests.gateway.test_security import self_signed
 from tests.live.fakes import plain_trace, rag_trace
 from tests.servers.otlp import OtlpReceiver
 
@@ -163,3 +168,41 @@ def test_serve_logs_what_matters_at_info(otlp_receiver: OtlpReceiver) -> None:
     assert "listening for OTLP gRPC on" in err
     assert f"received {len(ids)} spans (0 rejected), forwarded {len(ids)}" in err
     assert "apscheduler" not in err, err
+
+
+def test_serve_with_tls_and_a_token_from_the_environment(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    env = {**os.environ, "RAGTRACE_GATEWAY_TOKEN": "tok-from-env"}
+    command = serve_command(
+        "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
+        "--trace-settle", "0", "--tls-cert", str(cert), "--tls-key", str(key), "--log-level", "INFO",
+    )
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("ragtrace serve: listening"), line + (process.stderr.read() if process.stderr else "")
+        ports = dict(part.split("=", 1) for part in line.split()[3:6])
+        credentials = grpc.ssl_channel_credentials(cert.read_bytes())
+        endpoint = f"https://127.0.0.1:{ports['grpc']}"
+        token = {"authorization": "Bearer tok-from-env"}
+        provider = app_provider(GrpcSpanExporter(endpoint=endpoint, credentials=credentials, headers=token))
+        ids = plain_trace(provider.get_tracer("app"), 2)
+        assert provider.force_flush(10_000)
+        provider.shutdown()
+        assert sorted(s.span_id for s in otlp_receiver.wait_for_spans(len(ids), timeout=10)) == sorted(ids)
+        channel = grpc.secure_channel(f"127.0.0.1:{ports['grpc']}", credentials)
+        with channel, pytest.raises(grpc.RpcError) as denied:
+            trace_service_pb2_grpc.TraceServiceStub(channel).Export(  # type: ignore[no-untyped-call]
+                ExportTraceServiceRequest(), timeout=5
+            )
+        assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    assert "TLS, authorization header required" in err
+    assert "tok-from-env" not in err, "the token is never logged"
