@@ -206,7 +206,22 @@ def raw(port: int, data: bytes, stream: bytes = b"", stream_bytes: int = 0, time
 HEAD = b"POST /v1/traces HTTP/1.1\r\nHost: gw\r\nContent-Type: application/x-protobuf\r\n"
 
 
-def hostile_traffic(http_port: int, grpc_port: int, rounds: int, idle: int, bomb: bytes) -> Counter[str]:
+def slowloris(ports: tuple[int, ...], count: int) -> list[socket.socket]:
+    """`count` connections per port that stay open: half silent, half stuck in the middle of their headers."""
+    held = []
+    for port in ports:
+        for i in range(count):
+            try:
+                connection = socket.create_connection(("127.0.0.1", port), timeout=5)
+                if i % 2:
+                    connection.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: gw\r\nX-Slow: ")
+                held.append(connection)
+            except OSError:
+                pass
+    return held
+
+
+def hostile_traffic(http_port: int, grpc_port: int, rounds: int, bomb: bytes) -> Counter[str]:
     answers: Counter[str] = Counter()
     lock = threading.Lock()
 
@@ -240,23 +255,11 @@ def hostile_traffic(http_port: int, grpc_port: int, rounds: int, idle: int, bomb
             except grpc.RpcError as error:
                 note("grpc_oversized", error.code().name)
 
-    idle_sockets = []
-    for port in (http_port, grpc_port):
-        for _ in range(idle):
-            try:
-                idle_sockets.append(socket.create_connection(("127.0.0.1", port), timeout=5))
-            except OSError:
-                note("idle_connect", "refused")
-    note("idle_connections", len(idle_sockets))
-    try:
-        jobs = [bomb_once, negative_length, lying_length, huge_length, malformed, malformed, grpc_bomb]
-        with futures.ThreadPoolExecutor(6) as pool:
-            runs = [pool.submit(job, i) for i in range(rounds) for job in jobs]
-            for run in runs:
-                run.result()
-    finally:
-        for connection in idle_sockets:
-            connection.close()
+    jobs = [bomb_once, negative_length, lying_length, huge_length, malformed, malformed, grpc_bomb]
+    with futures.ThreadPoolExecutor(6) as pool:
+        runs = [pool.submit(job, i) for i in range(rounds) for job in jobs]
+        for run in runs:
+            run.result()
     return answers
 
 
@@ -275,13 +278,19 @@ def phase(name: str, args: argparse.Namespace, bomb: bytes | None) -> dict[str, 
         rss_start = rss_kib(gateway.pid, "VmRSS")
         started = time.monotonic()
         hostile: Counter[str] = Counter()
+        held: list[socket.socket] = []
         if bomb is not None:
+            # The idle connections are open before valid traffic starts and stay open until it is done.
+            held = slowloris((http_port, grpc_port), args.idle)
+            hostile["slowloris_connections_held"] = len(held)
             attack = futures.ThreadPoolExecutor(1)
-            attacked = attack.submit(hostile_traffic, http_port, grpc_port, args.rounds, args.idle, bomb)
+            attacked = attack.submit(hostile_traffic, http_port, grpc_port, args.rounds, bomb)
         sent, failed = valid_traffic(grpc_port, http_port, args.requests, broken_every=5 if bomb is not None else 0)
         if bomb is not None:
-            hostile = attacked.result()
+            hostile.update(attacked.result())
             attack.shutdown()
+            for connection in held:
+                connection.close()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not sent <= sink.ids:
             time.sleep(0.1)

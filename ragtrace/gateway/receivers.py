@@ -11,6 +11,7 @@ threads stay bounded whatever a client sends. `ReceiverSecurity` adds TLS and a 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -42,6 +43,7 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
 _CHUNK = 64 * 1024
+_GRPC_CONNECTIONS_PER_SLOT = 4
 # A refused request's body up to this size is read and dropped before the answer: closing on unread data
 # makes the kernel reset the connection, and the client then sees the reset instead of the 401 or 404.
 _DRAIN_BYTES = 1024 * 1024
@@ -52,7 +54,8 @@ class ReceiverLimits:
     """What one client, or many, can cost the gateway.
 
     max_request_bytes: a request body on the wire and after decompression (gRPC: a message).
-    max_connections: open HTTP connections per port (beyond: 503 and close); gRPC connections.
+    max_connections: open HTTP connections per port, one thread each; when all are taken the connection
+        idle longest is closed, and only when none is idle is a new one answered 503. gRPC: 4 times as many.
     max_concurrent_requests: requests read, decoded and handed on at once per transport; each holds at
         most twice `max_request_bytes` while it is decoded, so this bounds the memory of request bodies.
     idle_timeout: seconds a connection may wait between requests before it is closed.
@@ -148,7 +151,8 @@ class GrpcReceiver:
             # gRPC sets SO_REUSEPORT by default, so a second server on a taken port starts silently and the
             # kernel splits the traffic between them: off, a taken port is an error.
             ("grpc.so_reuseport", 0),
-            ("grpc.max_allowed_incoming_connections", limits.max_connections),
+            # A gRPC connection costs no thread, and gRPC cannot close idle ones to make room: a higher cap.
+            ("grpc.max_allowed_incoming_connections", _GRPC_CONNECTIONS_PER_SLOT * limits.max_connections),
             ("grpc.max_concurrent_streams", limits.max_concurrent_requests),
             ("grpc.max_connection_idle_ms", int(limits.idle_timeout * 1000)),
             ("grpc.server_handshake_timeout_ms", int(limits.read_timeout * 1000)),
@@ -229,8 +233,37 @@ def decode_request(raw: bytes | bytearray, content_type: str, encoding: str, lim
         raise BadRequest(400, f"bad OTLP request: {exc}") from None
 
 
+class _Waiting:
+    """Connections waiting for a request (idle keep-alive, or still sending the request line and headers),
+    oldest first: when every slot is taken, the oldest of them is closed to make room, so idle or slow
+    connections cannot lock valid clients out (slowloris)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: dict[socket.socket, float] = {}
+
+    def add(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._since[connection] = time.monotonic()
+
+    def discard(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._since.pop(connection, None)
+
+    def close_oldest(self) -> bool:
+        with self._lock:
+            if not self._since:
+                return False
+            oldest = next(iter(self._since))
+            del self._since[oldest]
+        with contextlib.suppress(OSError):  # already closed by its own thread
+            oldest.shutdown(socket.SHUT_RDWR)  # its thread's read returns at once and the thread ends
+        return True
+
+
 def _handler(
-    sink: TraceSink, otlp: bool, limits: ReceiverLimits, security: ReceiverSecurity, requests: threading.Semaphore
+    sink: TraceSink, otlp: bool, limits: ReceiverLimits, security: ReceiverSecurity, requests: threading.Semaphore,
+    waiting: _Waiting,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -243,11 +276,17 @@ def _handler(
         def handle_one_request(self) -> None:
             # Between requests a keep-alive connection may idle longer than a request may stall.
             self.connection.settimeout(limits.idle_timeout)
-            super().handle_one_request()
+            waiting.add(self.connection)
+            try:
+                super().handle_one_request()
+            finally:
+                waiting.discard(self.connection)
 
         def parse_request(self) -> bool:
             self.connection.settimeout(limits.read_timeout)  # the request line arrived: it is a request now
-            return super().parse_request()
+            parsed = super().parse_request()
+            waiting.discard(self.connection)  # headers complete: no longer a candidate to close for room
+            return parsed
 
         def _reply(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
             self.send_response(code)
@@ -371,15 +410,21 @@ class _BoundedServer(ThreadingHTTPServer):
 
     def __init__(
         self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int,
-        tls: ssl.SSLContext | None,
+        tls: ssl.SSLContext | None, waiting: _Waiting,
     ) -> None:
         self._slots = threading.BoundedSemaphore(max_connections)
         self._tls = tls
+        self._waiting = waiting
         self.refused_connections = 0
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        # Full: close the connection that has waited longest without sending a request and take its slot
+        # (its thread ends within milliseconds); only when every connection is busy with a request is the
+        # new one turned away.
+        if not self._slots.acquire(blocking=False) and not (
+            self._waiting.close_oldest() and self._slots.acquire(timeout=1.0)
+        ):
             self.refused_connections += 1
             self._turn_away(request)
             return
@@ -412,11 +457,15 @@ class _BoundedServer(ThreadingHTTPServer):
     def finish_request(self, request: Any, client_address: Any) -> None:
         if self._tls is not None:
             request.settimeout(self.RequestHandlerClass.timeout)  # type: ignore[attr-defined]
+            plain = request
+            self._waiting.add(plain)
             try:
-                request = self._tls.wrap_socket(request, server_side=True)
+                request = self._tls.wrap_socket(plain, server_side=True)
             except (OSError, ssl.SSLError) as exc:
                 logger.debug("http: TLS handshake with %s failed: %s", client_address, exc)
                 return
+            finally:
+                self._waiting.discard(plain)
         super().finish_request(request, client_address)
 
 
@@ -440,9 +489,11 @@ class HttpReceiver:
         limits = limits or ReceiverLimits()
         security = security or ReceiverSecurity()
         server_class = _V6BoundedServer if ":" in host else _BoundedServer
-        handler = _handler(sink, otlp, limits, security, threading.Semaphore(limits.max_concurrent_requests))
+        waiting = _Waiting()
+        requests = threading.Semaphore(limits.max_concurrent_requests)
+        handler = _handler(sink, otlp, limits, security, requests, waiting)
         try:
-            self._server = server_class((host, port), handler, limits.max_connections, security.ssl_context())
+            self._server = server_class((host, port), handler, limits.max_connections, security.ssl_context(), waiting)
         except OSError as exc:
             raise _cannot_bind("OTLP HTTP" if otlp else "health checks", host, port, exc) from exc
         self._name = "ragtrace-http" if otlp else "ragtrace-health"

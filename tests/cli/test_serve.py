@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -139,6 +141,29 @@ def test_serve_refuses_a_taken_http_port(otlp_receiver: OtlpReceiver) -> None:
     assert f"port {port} is already in use" in result.stderr and "HTTP" in result.stderr
 
 
+@contextlib.contextmanager
+def serving(command: list[str], env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
+    """`ragtrace serve` running, with its bound ports from the listening line; killed if still running."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("ragtrace serve: listening"), line + (process.stderr.read() if process.stderr else "")
+        yield process, dict(part.split("=", 1) for part in line.split()[3:6])
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def stopped(process: subprocess.Popen[str]) -> str:
+    """SIGTERM, then the exit code must be 0; returns what the gateway wrote to stderr."""
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return err
+
+
 def test_serve_logs_what_matters_at_info(otlp_receiver: OtlpReceiver) -> None:
     """INFO: listening, next hop, the counts; the drift scheduler's per-run lines stay out."""
     env = {**os.environ, "RAGTRACE_SAMPLE_RATE": "1.0", "RAGTRACE_DRIFT_INTERVAL": "0.2"}
@@ -146,24 +171,14 @@ def test_serve_logs_what_matters_at_info(otlp_receiver: OtlpReceiver) -> None:
         "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
         "--trace-settle", "0", "--stats-interval", "0.2", "--log-level", "INFO",
     )
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        ports = dict(part.split("=", 1) for part in line.split()[3:6])
+    with serving(command, env) as (process, ports):
         provider = app_provider(GrpcSpanExporter(endpoint=f"http://127.0.0.1:{ports['grpc']}", insecure=True))
         ids = plain_trace(provider.get_tracer("app"), 3)
         assert provider.force_flush(5000)
         provider.shutdown()
         otlp_receiver.wait_for_spans(len(ids), timeout=10)
         time.sleep(1.0)  # several stats intervals and drift runs
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0, err
+        err = stopped(process)
     assert f"forwarding to {otlp_receiver.grpc_endpoint}" in err
     assert "listening for OTLP gRPC on" in err
     assert f"received {len(ids)} spans (0 rejected), forwarded {len(ids)}" in err
@@ -177,12 +192,7 @@ def test_serve_with_tls_and_a_token_from_the_environment(otlp_receiver: OtlpRece
         "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
         "--trace-settle", "0", "--tls-cert", str(cert), "--tls-key", str(key), "--log-level", "INFO",
     )
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("ragtrace serve: listening"), line + (process.stderr.read() if process.stderr else "")
-        ports = dict(part.split("=", 1) for part in line.split()[3:6])
+    with serving(command, env) as (process, ports):
         credentials = grpc.ssl_channel_credentials(cert.read_bytes())
         endpoint = f"https://127.0.0.1:{ports['grpc']}"
         token = {"authorization": "Bearer tok-from-env"}
@@ -197,12 +207,6 @@ def test_serve_with_tls_and_a_token_from_the_environment(otlp_receiver: OtlpRece
                 ExportTraceServiceRequest(), timeout=5
             )
         assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
-        process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 0
+        err = stopped(process)
     assert "TLS, authorization header required" in err
     assert "tok-from-env" not in err, "the token is never logged"
