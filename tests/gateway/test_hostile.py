@@ -20,11 +20,14 @@ from google.protobuf import json_format
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from ragtrace.gateway import Gateway, request_of
+from ragtrace.gateway.convert import received_spans
 from ragtrace.gateway.receivers import BadRequest, ReceiverLimits, decode_request
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.setup import RagtraceSettings
@@ -196,10 +199,14 @@ def test_any_json_document_decodes_or_is_a_bad_request(document: object) -> None
 @given(st.binary(max_size=300), st.sampled_from(["", "gzip", "deflate"]))
 @hypothesis_settings(max_examples=300, deadline=None)
 def test_any_protobuf_body_decodes_or_is_a_bad_request(body: bytes, encoding: str) -> None:
+    """And what decodes converts to spans the SDK's encoder can write (a span it cannot write would fail
+    the whole export batch)."""
     try:
-        decode_request(body, "application/x-protobuf", encoding, 1 << 20)
+        request = decode_request(body, "application/x-protobuf", encoding, 1 << 20)
     except BadRequest as refused:
         assert refused.status in (400, 413) and str(refused)
+        return
+    encode_spans(list(received_spans(request))).SerializeToString()
 
 
 # ------------------------------------------------------------------ invalid ids reject only their spans
@@ -334,3 +341,21 @@ def test_grpc_refuses_a_message_over_the_limit(gateway: Gateway) -> None:
     ) as refused:
         trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, timeout=10)  # type: ignore[no-untyped-call]
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+ids = st.one_of(st.binary(max_size=20), st.sampled_from([b"", b"\0" * 16, b"\0" * 8]))
+
+
+@given(st.lists(st.tuples(ids, ids, ids, ids), min_size=1, max_size=8))
+@hypothesis_settings(max_examples=200, deadline=None)
+def test_spans_with_any_ids_convert_to_spans_the_encoder_writes(spans: list[tuple[bytes, ...]]) -> None:
+    """Any trace, span, parent and link id bytes: a span either converts to one the SDK's encoder writes,
+    or is left out (and counted by the gateway as rejected)."""
+    request = ExportTraceServiceRequest()
+    scope = request.resource_spans.add().scope_spans.add()
+    for trace_id, span_id, parent_id, link_id in spans:
+        span = scope.spans.add(trace_id=trace_id, span_id=span_id, parent_span_id=parent_id, name="s")
+        span.links.add(trace_id=trace_id, span_id=link_id)
+    converted = list(received_spans(request))
+    assert len(converted) <= len(spans)
+    encode_spans(converted).SerializeToString()
