@@ -56,8 +56,9 @@ class ReceiverLimits:
     max_request_bytes: a request body on the wire and after decompression (gRPC: a message).
     max_connections: open HTTP connections per port, one thread each; when all are taken the connection
         idle longest is closed, and only when none is idle is a new one answered 503. gRPC: 4 times as many.
-    max_concurrent_requests: requests read, decoded and handed on at once per transport; each holds at
-        most twice `max_request_bytes` while it is decoded, so this bounds the memory of request bodies.
+    max_concurrent_requests: HTTP requests read, decoded and handed on at once; each holds at most twice
+        `max_request_bytes` while it is decoded, so this bounds the memory of request bodies. gRPC: calls in
+        progress or queued, twice this (or twice the workers), beyond that RESOURCE_EXHAUSTED.
     idle_timeout: seconds a connection may wait between requests before it is closed.
     read_timeout: seconds a request may send nothing (headers, body, TLS handshake) before it is dropped.
     body_timeout: seconds a whole request body may take to arrive.
@@ -163,7 +164,9 @@ class GrpcReceiver:
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ragtrace-grpc"),
             options=options,
             interceptors=security.grpc_interceptors(),
-            maximum_concurrent_rpcs=max(workers, limits.max_concurrent_requests),
+            # Queued calls hold their decoded message too; twice the workers lets a collector's usual
+            # 10 parallel exports through without a retry.
+            maximum_concurrent_rpcs=2 * max(workers, limits.max_concurrent_requests),
         )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(sink), self._server)  # type: ignore[no-untyped-call]
         address = f"{url_host(host)}:{port}"
