@@ -205,7 +205,8 @@ class Gateway:
             return ExportTraceServiceResponse()
         return ExportTraceServiceResponse(
             partial_success=ExportTracePartialSuccess(
-                rejected_spans=total - accepted, error_message="spans without a valid trace id or span id"
+                rejected_spans=total - accepted,
+                error_message="spans without a valid trace, span or parent id (missing, zero or wrong length)",
             )
         )
 
