@@ -47,6 +47,11 @@ _GRPC_CONNECTIONS_PER_SLOT = 4
 # A refused request's body up to this size is read and dropped before the answer: closing on unread data
 # makes the kernel reset the connection, and the client then sees the reset instead of the 401 or 404.
 _DRAIN_BYTES = 1024 * 1024
+# Parsed JSON costs ~70 bytes per object or array: `[{},{},...]` turns 64 MiB into 1.5 GiB. OTLP/JSON has
+# one `{` or `[` per ~35 bytes, so a body denser than one per 8 bytes is refused before it is parsed
+# (small bodies cannot cost much and are not counted).
+_JSON_BYTES_PER_CONTAINER = 8
+_JSON_DENSITY_FLOOR = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -207,6 +212,18 @@ def _inflate(raw: bytes | bytearray, wbits: int, limit: int) -> bytes:
     return bytes(out)
 
 
+def _check_json_density(raw: bytes | bytearray) -> None:
+    if len(raw) < _JSON_DENSITY_FLOOR:
+        return
+    containers = raw.count(b"{") + raw.count(b"[")
+    if containers * _JSON_BYTES_PER_CONTAINER > len(raw):
+        raise BadRequest(
+            400,
+            f"bad OTLP request: {containers} JSON objects and arrays in {len(raw)} bytes, more than one per "
+            f"{_JSON_BYTES_PER_CONTAINER} bytes (OTLP/JSON has about one per 35); refused unparsed",
+        )
+
+
 def decode_request(raw: bytes | bytearray, content_type: str, encoding: str, limit: int) -> ExportTraceServiceRequest:
     """An OTLP/HTTP body as a request; BadRequest (400, 413, 415) with a message when it is not one."""
     if content_type not in (_PROTOBUF, _JSON):
@@ -219,6 +236,7 @@ def decode_request(raw: bytes | bytearray, content_type: str, encoding: str, lim
         elif encoding not in ("", "identity"):
             raise BadRequest(415, f"unsupported content encoding {encoding!r}; use gzip, deflate or none")
         if content_type == _JSON:
+            _check_json_density(raw)
             return parse_json_line(bytes(raw).decode("utf-8"))
         request = ExportTraceServiceRequest()
         request.ParseFromString(bytes(raw))

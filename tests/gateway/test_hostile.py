@@ -169,13 +169,27 @@ def test_a_content_length_longer_than_the_body_times_out(gateway: Gateway, otlp_
         b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
         b"not json at all",
         b"\xff\xfe",
+        b"[" + b"{}," * 300_000 + b"{}]",  # 0.9 MB that json.loads would turn into ~20 MB of dicts
     ],
-    ids=["spans-int", "resource-spans-int", "name-int", "list", "deep-array", "deep-object", "text", "not-utf8"],
+    ids=[
+        "spans-int", "resource-spans-int", "name-int", "list", "deep-array", "deep-object", "text", "not-utf8",
+        "dense",
+    ],
 )
 def test_malformed_json_is_a_400_with_a_message(body: bytes, gateway: Gateway) -> None:
     status, message = post(traces_url(gateway), body, {"Content-Type": "application/json"})
     assert status == 400, message
     assert message.startswith(b"bad OTLP request: ") and len(message) > len(b"bad OTLP request: ")
+
+
+def test_a_large_realistic_json_request_passes_the_density_check(gateway: Gateway, otlp_receiver: OtlpReceiver) -> None:
+    traces = recorded_trace(30)
+    spans = [span for trace in traces for span in trace]
+    body = json_format.MessageToJson(request_of(spans)).encode()
+    assert len(body) > 64 * 1024, "over the size below which density is not checked"
+    status, message = post(traces_url(gateway), body, {"Content-Type": "application/json"})
+    assert status == 200, message
+    assert len(otlp_receiver.wait_for_spans(len(spans), timeout=10)) == len(spans)
 
 
 @given(st.recursive(
