@@ -21,18 +21,13 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from ragtrace.gateway import Gateway, request_of
 from ragtrace.gateway.convert import received_spans
 from ragtrace.gateway.receivers import BadRequest, ReceiverLimits, decode_request
-from ragtrace.live.sampling import Sampler
-from ragtrace.live.setup import RagtraceSettings
-from tests.gateway.test_gateway import post, recorded_trace
-from tests.live.fakes import ScriptedJudge
+from tests.gateway.test_gateway import make_gateway, post, recorded_trace
 from tests.servers.otlp import OtlpReceiver
 
 LIMITS = ReceiverLimits(
@@ -42,13 +37,7 @@ LIMITS = ReceiverLimits(
 
 
 def hardened_gateway(receiver: OtlpReceiver, limits: ReceiverLimits) -> Gateway:
-    exporting = BatchSpanProcessor(
-        GrpcSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True), schedule_delay_millis=50
-    )
-    return Gateway(
-        RagtraceSettings(sample_rate=1.0), judge=ScriptedJudge(), exporting=exporting, grpc_port=0, http_port=0,
-        trace_settle=0.1, limits=limits, sampler=Sampler(1.0), tick_interval=0.01,
-    ).start()
+    return make_gateway(receiver, trace_settle=0.1, limits=limits)
 
 
 @pytest.fixture

@@ -20,14 +20,12 @@ from cryptography.x509.oid import NameOID
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from ragtrace.gateway import Gateway, request_of
 from ragtrace.gateway.security import ReceiverSecurity
-from ragtrace.live.sampling import Sampler
-from ragtrace.live.setup import RagtraceSettings
-from tests.gateway.test_gateway import app_provider, recorded_trace
-from tests.live.fakes import ScriptedJudge, plain_trace
+from tests.gateway.test_gateway import app_provider, make_gateway, recorded_trace
+from tests.live.fakes import plain_trace
 from tests.servers.otlp import OtlpReceiver
 
 TOKEN = "s3cr3t-token-for-tests"
@@ -69,13 +67,7 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def secured_gateway(receiver: OtlpReceiver, security: ReceiverSecurity) -> Gateway:
-    exporting = BatchSpanProcessor(
-        GrpcSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True), schedule_delay_millis=50
-    )
-    return Gateway(
-        RagtraceSettings(sample_rate=1.0), judge=ScriptedJudge(), exporting=exporting, grpc_port=0, http_port=0,
-        trace_settle=0.0, security=security, sampler=Sampler(1.0), tick_interval=0.01,
-    ).start()
+    return make_gateway(receiver, trace_settle=0.0, security=security)
 
 
 @pytest.fixture
