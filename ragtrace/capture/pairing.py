@@ -2,7 +2,8 @@
 
 A generation is a span that produced model output; a prompt-building step is not, whatever kind its
 instrumentor gave it (readers.classify), and a generation that wraps another one (LlamaIndex's
-`predict` around `chat`, an OpenLLMetry task around its chat span) stands aside for the inner model call.
+`predict` around `chat`, an OpenLLMetry task around its chat span) stands aside for the inner model call
+(whose answer is read from the wrapper when the call itself recorded none).
 
 Pairing: a retrieval goes to the generation that consumed it, as its input shows. Among the
 generations that start at or after the retrieval ended, the one whose input (prompt, messages, template
@@ -113,10 +114,12 @@ class _Trace:
         generation_ids = {n.span_id for n in everything}
         # A generation with another generation below it wraps that model call: the inner one pairs.
         self.wrapped: dict[int, _Node] = {}
+        self.wrappers: dict[int, list[_Node]] = {}  # a model call -> the generations around it, innermost first
         for node in everything:
             for up in self.ancestors(node):
                 if up in generation_ids:
                     self.wrapped.setdefault(up, node)
+                    self.wrappers.setdefault(node.span_id, []).append(self.by_id[up])
         self.generations = [n for n in everything if n.span_id not in self.wrapped]
         self.claimed: set[int] = set()
         self._responses: dict[int, str] = {}
@@ -303,6 +306,9 @@ def _sample(
     generation, rule, evidence = trace.pair(node, reading, notes)
     query, source = trace.query(reading, generation, limits, notes)
     response = trace.response(generation, limits, notes) if generation is not None else ""
+    if not response and generation is not None:  # the call recorded no text (content off); a wrapper may have
+        around = trace.wrappers.get(generation.span_id, ())
+        response = next((text for w in around if (text := trace.response(w, limits, notes))), "")
     ground_truth = trace.ground_truth([node, generation, trace.root], notes)
     metadata: dict[str, Any] = {"query_source": source}
     if generation is not None:

@@ -221,3 +221,17 @@ def test_genai_documents_in_a_frameworks_own_shape(traces: Traces) -> None:
     [captured] = extract_samples(traces.finished())
     assert [(d.id, d.content, d.score) for d in captured.sample.contexts] == [("n0", KETTLE[0], 0.7),
                                                                               ("n1", KETTLE[1], None)]
+
+
+def test_the_answer_comes_from_a_wrapper_when_the_model_call_recorded_none(traces: Traces) -> None:
+    root = traces.open("query")
+    traces.span("retrieve", _oi_retriever("Warranty?", KETTLE), parent=root, start=1, end=2)
+    wrapper = traces.open("LiteLLM.task", {"traceloop.span.kind": "task",
+                                           "gen_ai.output.messages": genai_messages("assistant", "Two years.")},
+                          parent=root, start=3)
+    call = traces.span("chat", {"gen_ai.operation.name": "chat"}, parent=wrapper, start=3, end=4)
+    traces.close(wrapper, 5)
+    traces.close(root, 6)
+    [captured] = extract_samples(traces.finished())
+    assert captured.generation_span_id == sid(call)
+    assert captured.sample.response == "Two years."
