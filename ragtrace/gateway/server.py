@@ -43,8 +43,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from ragtrace.gateway.convert import received_spans, span_count
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
-from ragtrace.live.fields import is_local_root
 from ragtrace.live.otlp import otlp_span_exporter
+from ragtrace._sdk import is_local_root
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.setup import RagtraceSettings

@@ -21,8 +21,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind
 from opentelemetry.util.types import AttributeValue
 
+from ragtrace._sdk import copy_span, dropped_counts
 from ragtrace.capture.values import attrs_of
-from ragtrace.live.fields import SDK_SPAN
 from ragtrace.scoring import JudgeUsage, ScoreResult
 
 EvalStatus = Literal["scored", "partial", "skipped", "error", "timeout"]
@@ -121,27 +121,13 @@ def evaluation_writes(
     return attrs, events
 
 
-def _dropped(container: object) -> int:
-    """What a span's BoundedAttributes or BoundedList dropped (0 for a plain container)."""
-    dropped = getattr(container, "dropped", 0)
-    return dropped if isinstance(dropped, int) else 0
-
-
 def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events: Sequence[Event]) -> ReadableSpan:
     """A copy of an ended span with attributes and events added; everything else (ids, times) unchanged.
 
     The added attributes are not subject to the span's attribute limit (the scores are the point), and
     the original dropped counts are carried over so exporters still report them.
     """
-    sdk = type(span) is SDK_SPAN  # its fields, not its properties (a Python call each)
-    if sdk:
-        old_events, links = span._events, span._links
-        dropped_attributes, dropped_events = _dropped(span._attributes), _dropped(old_events)
-        dropped_links = _dropped(links)
-    else:
-        old_events, links = span.events, span.links
-        dropped_attributes, dropped_events = span.dropped_attributes, span.dropped_events
-        dropped_links = span.dropped_links
+    old_events, links, dropped_attributes, dropped_events, dropped_links = dropped_counts(span)
     merged: Mapping[str, AttributeValue] = {**attrs_of(span), **attributes}
     all_events: Sequence[Event] = (*old_events, *events)
     # Bounded containers only where they carry a dropped count the exporter must still report.
@@ -159,25 +145,7 @@ def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events:
         bounded_links.extend(links)
         bounded_links.dropped = dropped_links
         links = bounded_links
-    if sdk:  # a copy of its fields: the constructor would read a dozen properties
-        copy = object.__new__(ReadableSpan)
-        copy.__dict__.update(vars(span))
-        copy._attributes, copy._events, copy._links = merged, all_events, links
-        return copy
-    return ReadableSpan(
-        name=span.name,
-        context=span.context,
-        parent=span.parent,
-        resource=span.resource,
-        attributes=merged,
-        events=all_events,
-        links=links,
-        kind=span.kind,
-        status=span.status,
-        start_time=span.start_time,
-        end_time=span.end_time,
-        instrumentation_scope=span.instrumentation_scope,
-    )
+    return copy_span(span, merged, all_events, links)
 
 
 def evaluation_span(

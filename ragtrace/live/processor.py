@@ -26,10 +26,10 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import SpanContext
 from opentelemetry.util.types import AttributeValue
 
+from ragtrace._sdk import IS_REMOTE, PUBLIC_IDS, SDK_IDS, SDK_SPAN, SPAN_ID, TRACE_ID, is_local_root
 from ragtrace.capture import CapturedSample, CaptureStats, Extractor, capture_start, extract_samples
 from ragtrace.judges.base import Judge
 from ragtrace.live.enrich import Evaluation, enrich, evaluation_span, evaluation_writes
-from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, SPAN_ID, TRACE_ID, is_local_root
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.remote import Answers, ChildSettings, ScoringProcess, events_of
@@ -322,10 +322,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         last_trace_id, sampled = None, False
         for span in spans:
             try:
-                if type(span) is SDK_SPAN:
-                    ctx, parent = span._context, span._parent
-                else:
-                    ctx, parent = span.context, span.parent
+                ctx, parent = (SDK_IDS if type(span) is SDK_SPAN else PUBLIC_IDS)(span)
                 if ctx is not None:
                     trace_id = ctx[TRACE_ID]
                     if trace_id is not last_trace_id:
@@ -347,10 +344,7 @@ class RagScoringSpanProcessor(SpanProcessor):
         It runs on every span: it calls as few Python functions as it can (no property, no method of
         the sampler), since each costs the app more than the work inside it."""
         try:
-            if type(span) is SDK_SPAN:
-                ctx, parent = span._context, span._parent
-            else:
-                ctx, parent = span.context, span.parent
+            ctx, parent = (SDK_IDS if type(span) is SDK_SPAN else PUBLIC_IDS)(span)
             if ctx is not None:
                 trace_id = ctx[TRACE_ID]
                 is_root = parent is None or parent[IS_REMOTE]  # a local root (is_local_root, inlined)
@@ -773,7 +767,7 @@ class RagScoringSpanProcessor(SpanProcessor):
 
     @staticmethod
     def _written(span: ReadableSpan, writes: dict[int, tuple[dict[str, AttributeValue], list[Event]]]) -> ReadableSpan:
-        ctx = span._context if type(span) is SDK_SPAN else span.context
+        ctx = (SDK_IDS if type(span) is SDK_SPAN else PUBLIC_IDS)(span)[0]
         found = writes.get(ctx[SPAN_ID]) if ctx is not None else None
         if found is None:
             return span

@@ -36,10 +36,10 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
+from ragtrace._sdk import IS_REMOTE, SPAN_ID, TRACE_FLAGS, TRACE_ID, span_fields
 from ragtrace.capture import Extractor
 from ragtrace.capture.values import attrs_of
 from ragtrace.judges.base import Judge
-from ragtrace.live.fields import IS_REMOTE, SDK_SPAN, SPAN_ID, TRACE_FLAGS, TRACE_ID
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import Scorer
@@ -107,12 +107,7 @@ def plain_traces(traces: Sequence[Sequence[ReadableSpan]]) -> tuple[list[dict[st
     for spans in traces:
         plain: list[PlainSpan] = []
         for span in spans:
-            if type(span) is SDK_SPAN:  # its fields: a property is a Python call (see fields.py)
-                ctx, parent, resource, events = span._context, span._parent, span._resource, span._events
-                name, kind, start, end = span._name, span._kind, span._start_time, span._end_time
-            else:
-                ctx, parent, resource, events = span.context, span.parent, span.resource, span.events
-                name, kind, start, end = span.name, span.kind, span.start_time, span.end_time
+            name, ctx, parent, resource, events, kind, start, end = span_fields(span)
             assert ctx is not None  # the store holds spans with a context only
             at = index.get(id(resource))
             if at is None:

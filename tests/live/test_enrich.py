@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from ragtrace.live.enrich import enrich
-from ragtrace.live.fields import SDK_SPAN
+from ragtrace._sdk import SDK_SPAN
 
 
 class Foreign(ReadableSpan):
