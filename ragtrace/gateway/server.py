@@ -40,11 +40,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from ragtrace._sdk import is_local_root
 from ragtrace.gateway.convert import received_spans, span_count
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
 from ragtrace.live.otlp import otlp_span_exporter
-from ragtrace._sdk import is_local_root
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.setup import RagtraceSettings
