@@ -170,7 +170,7 @@ def processor_throughput(
         entry: SpanProcessor
         if placement == "exporter":  # behind the SDK's batching
             scoring = RagScoringSpanExporter(exported, **options)
-            processor, entry = scoring.processor, ScoringBatchSpanProcessor(scoring, schedule_delay_millis=50)
+            processor, entry = scoring, ScoringBatchSpanProcessor(scoring, schedule_delay_millis=50)
         else:  # in front of the exporting processor
             processor = entry = RagScoringSpanProcessor(SimpleSpanProcessor(exported), **options)
         provider = TracerProvider()

@@ -48,7 +48,6 @@ import argparse
 import asyncio
 import gc
 import importlib
-import inspect
 import json
 import random
 import statistics
@@ -69,12 +68,13 @@ from ragtrace.judges.base import Judgement, JudgeRequest
 from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
+from ragtrace.live.worker import DEFAULT_TICK_S
 from ragtrace.scoring import ContextVerdict, JudgeUsage, Verdicts
 
 # the processor's default tick interval (seconds)
 # The configuration the README recommends for production: behind the batching, scoring in a process of its own.
 PRODUCTION = "exporter/process"
-TICK_S: float = inspect.signature(RagScoringSpanProcessor).parameters["tick_interval"].default
+TICK_S: float = DEFAULT_TICK_S
 DOCS = json.dumps([
     {"id": f"doc-{i}", "score": 0.9 - i / 10, "content": f"passage {i} " + "lorem ipsum dolor sit amet " * 8}
     for i in range(5)
@@ -202,7 +202,7 @@ class Variant:
         before = set(threading.enumerate())
         self.placement = placement
         self.provider = TracerProvider()
-        self.processor: RagScoringSpanProcessor | None = None
+        self.processor: RagScoringSpanProcessor | RagScoringSpanExporter | None = None
         self.exporting: BatchSpanProcessor
         if with_ragtrace:
             # A scoring process imports the judge's class: take it from this file imported as a module,
@@ -211,7 +211,7 @@ class Variant:
             options = {"judge": judge, "sampler": Sampler(rate), "worker": worker, "tick_interval": tick_interval}
             if placement == "exporter":
                 scoring = RagScoringSpanExporter(NullExporter(), **options)
-                self.processor = scoring.processor
+                self.processor = scoring
                 self.exporting = ScoringBatchSpanProcessor(scoring, max_queue_size=100_000)
                 self.provider.add_span_processor(self.exporting)
             else:

@@ -8,8 +8,9 @@ a span built through the public constructor; otherwise it is None and every span
 properties. Only spans of exactly that type take the fast path: a subclass may override a property.
 
 The SDK has no public way to put a processor in front of the others (`add_span_processor` only
-appends); `install` needs it, and does it here, under the multi-processor's own lock, by swapping its
-tuple of processors the way `add_span_processor` does.
+appends), nor to put an exporter behind a `BatchSpanProcessor` that exists; `install` needs both, and
+does them here: the provider's tuple of processors is swapped under the multi-processor's own lock, the
+way `add_span_processor` does, and the batching's exporter is swapped in one attribute write.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Final
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
@@ -129,6 +131,14 @@ def copy_span(
 def set_context(span: ReadableSpan, context: SpanContext) -> None:
     """Give a span that is still being built (never one another processor holds) another context."""
     span._context = context
+
+
+def set_batch_exporter(processor: BatchSpanProcessor, exporter: SpanExporter) -> None:
+    """Make a BatchSpanProcessor hand its next batches to another exporter (one attribute swap: a batch
+    being exported goes to the old one)."""
+    processor._batch_processor._exporter = exporter
+    if processor.span_exporter is not exporter:
+        raise TypeError("this BatchSpanProcessor keeps its exporter elsewhere; use scoring_batch_processor()")
 
 
 def span_processors(provider: TracerProvider) -> tuple[SpanProcessor, ...]:

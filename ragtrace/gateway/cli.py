@@ -78,14 +78,14 @@ def run_serve(args: argparse.Namespace) -> int:
     """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
     from ragtrace.gateway.server import Gateway
     from ragtrace.live.otlp import otlp_meter_provider
-    from ragtrace.live.setup import RagtraceSettings
+    from ragtrace.live.settings import RagtraceSettings
 
     logging.basicConfig(level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = RagtraceSettings.from_env()
         overrides = {name: getattr(args, name) for name in _SETTING_FLAGS if getattr(args, name, None) is not None}
         if overrides:
-            settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
+            settings = settings.with_overrides(overrides)
         meter_provider = otlp_meter_provider(args.exporter_endpoint, args.exporter_protocol)
         gateway = Gateway(
             settings,

@@ -47,7 +47,7 @@ from ragtrace.judges.resolve import resolve_judge
 from ragtrace.live.otlp import otlp_span_exporter
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from ragtrace.live.setup import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings
 from ragtrace.offline.replay import parse_json_line
 
 logger = logging.getLogger(__name__)

@@ -7,6 +7,7 @@ wrapped exporting processor encodes like any other.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,9 @@ from opentelemetry.util.types import AttributeValue
 
 from ragtrace._sdk import copy_span, dropped_counts
 from ragtrace.capture.values import attrs_of
-from ragtrace.scoring import JudgeUsage, ScoreResult
+from ragtrace.scoring import JUDGE_TIMEOUT, JudgeUsage, ScoreResult
+
+logger = logging.getLogger(__name__)
 
 EvalStatus = Literal["scored", "partial", "skipped", "error", "timeout"]
 EVENT_NAME = "gen_ai.evaluation.result"
@@ -50,14 +53,33 @@ class Evaluation:
         if errors:
             if scored:
                 return "partial"
-            return "timeout" if all(e == "judge_timeout" for e in errors) else "error"
+            return "timeout" if all(e == JUDGE_TIMEOUT for e in errors) else "error"
         return "scored" if scored else "skipped"
 
     @property
     def error(self) -> str | None:
         if self.timed_out:
-            return "judge_timeout"
+            return JUDGE_TIMEOUT
         return next((r.error for r in self.results if r.error is not None), None)
+
+
+# What one span gets written: attributes and events, by span id.
+Writes = dict[int, tuple[dict[str, AttributeValue], list[Event]]]
+TIMED_OUT = "no score before the deadline"
+
+
+def timed_out(names: Sequence[str], model: str, prompt_version: str) -> Evaluation:
+    """The evaluation of a sample whose scores did not arrive before its trace was released."""
+    return Evaluation(
+        results=tuple(
+            ScoreResult(name=n, error=JUDGE_TIMEOUT, error_message=TIMED_OUT, reason=f"not scored: {TIMED_OUT}")
+            for n in names
+        ),
+        usage=JudgeUsage(),
+        timed_out=True,
+        model=model,
+        prompt_version=prompt_version,
+    )
 
 
 def _cap(text: str, limit: int) -> str:
@@ -119,6 +141,23 @@ def evaluation_writes(
         attrs.update(scorer_attributes(result, reason_max_chars))
         events.append(evaluation_event(result, reason_max_chars, now))
     return attrs, events
+
+
+def writes_for(evaluations_by_span: Mapping[int, Sequence[Evaluation]], reason_max_chars: int) -> Writes:
+    """The attributes and events each evaluated span gets; a span whose writes fail goes out unscored."""
+    writes: Writes = {}
+    for span_id, evaluations in evaluations_by_span.items():
+        try:
+            attrs: dict[str, AttributeValue] = {}
+            events: list[Event] = []
+            for evaluation in evaluations:
+                more_attrs, more_events = evaluation_writes(evaluation, reason_max_chars)
+                attrs.update(more_attrs)
+                events.extend(more_events)
+            writes[span_id] = (attrs, events)
+        except Exception:
+            logger.exception("ragtrace: writing an evaluation failed; its span is forwarded unscored")
+    return writes
 
 
 def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events: Sequence[Event]) -> ReadableSpan:

@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SkipReason = Literal["no_context", "no_ground_truth", "no_claims", "no_response"]
 Label = Literal["pass", "fail"]
+# The error of a result whose judge gave no answer before its deadline.
+JUDGE_TIMEOUT = "judge_timeout"
 
 
 class JudgeUsage(BaseModel):

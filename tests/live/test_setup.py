@@ -9,9 +9,9 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from ragtrace.live import RagtraceSettings, install, scoring_batch_processor
 from ragtrace.live.exporter import ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
-from ragtrace.live.setup import RagtraceSettings, install, scoring_batch_processor
 from tests.live.fakes import CountingExporter, CountingProcessor, ScriptedJudge, rag_trace
 
 
@@ -107,7 +107,7 @@ def test_judge_string_becomes_an_llm_judge() -> None:
     settings = RagtraceSettings(judge="openai/gpt-4o-mini", judge_api_base="http://127.0.0.1:9/v1")
     proc = install(provider, settings=settings)
     assert proc is not None
-    assert proc._judge.model == "openai/gpt-4o-mini"
+    assert proc.scoring.options.judge.model == "openai/gpt-4o-mini"
     provider.shutdown()
 
 
@@ -136,8 +136,8 @@ def test_keyword_settings_reach_the_sampler_and_the_judge() -> None:
     )
     assert processor is not None
     try:
-        assert processor._judge._api_base == "http://127.0.0.1:9/v1"  # type: ignore[attr-defined]
-        assert processor._sampler.might_sample(1)
+        assert processor.scoring.options.judge._api_base == "http://127.0.0.1:9/v1"  # type: ignore[attr-defined]
+        assert processor.scoring.options.sampler.might_sample(1)
         with pytest.raises(ValueError, match="sample_rate"):
             install(TracerProvider(), sample_rate=2.0, settings=RagtraceSettings())
     finally:
@@ -151,12 +151,12 @@ def test_install_runs_drift_detection_until_shutdown() -> None:
     provider.add_span_processor(CountingProcessor())
     processor = install(provider, judge=ScriptedJudge(), settings=RagtraceSettings(drift_interval=5.0))
     assert processor is not None
-    metrics = processor._metrics
+    metrics = processor.scoring.options.metrics
     assert isinstance(metrics, DriftMetrics) and metrics.monitor._scheduler is not None
     processor.shutdown()
     assert metrics.monitor._scheduler is None  # the scheduler thread stops with the processor
     off = install(TracerProvider(), judge=ScriptedJudge(), settings=RagtraceSettings(drift=False))
-    assert off is not None and not isinstance(off._metrics, DriftMetrics)
+    assert off is not None and not isinstance(off.scoring.options.metrics, DriftMetrics)
     off.shutdown()
 
 
@@ -169,7 +169,7 @@ def test_the_local_judge_scores_one_sample_at_a_time_unless_told_otherwise(monke
         proc = install(provider, **kwargs)  # type: ignore[arg-type]
         assert proc is not None
         try:
-            return proc._concurrency
+            return proc.scoring.options.concurrency
         finally:
             provider.shutdown()
 
