@@ -3,7 +3,7 @@
 It assembles the pieces (the store, the counts, admission, the pipeline, the worker thread, and the
 judging: jobs on that thread or a scoring process) and owns their life: flush, shutdown, and a fresh
 start in a forked child. The faces (`RagScoringSpanProcessor`, `RagScoringSpanExporter`) give it spans
-and a sink, and read its counts.
+and a sink, and show its counts (`ScoringFace`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class LiveScoring:
             os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
         if options.metrics is not None:
             try:
-                options.metrics.observe(lambda: self.queue_depth, lambda: self.store.held)
+                options.metrics.observe(lambda: self.judging.depth, lambda: self.store.held)
             except Exception:
                 logger.exception("ragtrace: metrics.observe failed")
 
@@ -78,31 +78,6 @@ class LiveScoring:
             self.judging.abandon()
         if not self._shutdown:
             self.worker, self.judging = self._start()
-
-    # --- what the faces read ------------------------------------------------------------------------
-
-    @property
-    def decisions(self) -> dict[str, int]:
-        """Decision counts so far (the same numbers as the `ragtrace.evaluation.decisions` counter)."""
-        return self.counts.decisions()
-
-    @property
-    def capture_counts(self) -> dict[str, int]:
-        """Why spans could not be read (`invalid_documents_json`, ...), as counted by capture."""
-        return self.counts.capture()
-
-    @property
-    def held_spans(self) -> int:
-        return self.store.held
-
-    @property
-    def open_traces(self) -> int:
-        return self.store.open_traces
-
-    @property
-    def queue_depth(self) -> int:
-        """Jobs queued or running; with worker="process", traces out at the scoring process."""
-        return self.judging.depth
 
     # --- flush and shutdown ---------------------------------------------------------------------------
 
@@ -155,22 +130,22 @@ class ScoringFace:
     @property
     def decisions(self) -> dict[str, int]:
         """Decision counts so far (the same numbers as the `ragtrace.evaluation.decisions` counter)."""
-        return self.scoring.decisions
+        return self.scoring.counts.decisions()
 
     @property
     def capture_counts(self) -> dict[str, int]:
         """Why spans could not be read (`invalid_documents_json`, ...), as counted by capture."""
-        return self.scoring.capture_counts
+        return self.scoring.counts.capture()
 
     @property
     def held_spans(self) -> int:
-        return self.scoring.held_spans
+        return self.scoring.store.held
 
     @property
     def open_traces(self) -> int:
-        return self.scoring.open_traces
+        return self.scoring.store.open_traces
 
     @property
     def queue_depth(self) -> int:
         """Jobs queued or running; with worker="process", traces out at the scoring process."""
-        return self.scoring.queue_depth
+        return self.scoring.judging.depth
