@@ -25,6 +25,7 @@ from opentelemetry.util.types import AttributeValue
 from ragtrace._sdk import copy_span, dropped_counts
 from ragtrace.capture.values import attrs_of
 from ragtrace.scoring import JUDGE_TIMEOUT, JudgeUsage, ScoreResult
+from ragtrace.scoring import timed_out as timed_out_result
 
 logger = logging.getLogger(__name__)
 
@@ -65,16 +66,12 @@ class Evaluation:
 
 # What one span gets written: attributes and events, by span id.
 Writes = dict[int, tuple[dict[str, AttributeValue], list[Event]]]
-TIMED_OUT = "no score before the deadline"
 
 
 def timed_out(names: Sequence[str], model: str, prompt_version: str) -> Evaluation:
     """The evaluation of a sample whose scores did not arrive before its trace was released."""
     return Evaluation(
-        results=tuple(
-            ScoreResult(name=n, error=JUDGE_TIMEOUT, error_message=TIMED_OUT, reason=f"not scored: {TIMED_OUT}")
-            for n in names
-        ),
+        results=tuple(timed_out_result(n) for n in names),
         usage=JudgeUsage(),
         timed_out=True,
         model=model,

@@ -15,7 +15,7 @@ from opentelemetry.metrics import MeterProvider
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ragtrace.judges.base import Judge
-from ragtrace.judges.resolve import resolve_judge
+from ragtrace.judges.resolve import is_local_judge, resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.options import Mode, Target, WorkerKind
@@ -163,12 +163,10 @@ def scoring_options(
         logger.info("ragtrace: disabled by settings (RAGTRACE_ENABLED=false)")
         return settings, {}
     spec = settings.judge if judge is None else judge
-    is_llm = isinstance(spec, str) and not (spec == "local" or spec.startswith("local/"))
-    judge_options = {"api_base": settings.judge_api_base} if is_llm and settings.judge_api_base else {}
     kwargs = settings.processor_options()
     kwargs["worker"] = settings.worker or ("process" if settings.mode == "enrich" else "thread")
-    kwargs["judge"] = resolve_judge(spec, **judge_options)
-    if not is_llm and isinstance(spec, str) and not concurrency_chosen:
+    kwargs["judge"] = resolve_judge(spec, api_base=settings.judge_api_base)
+    if is_local_judge(spec) and not concurrency_chosen:
         kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
     kwargs["metrics"] = settings.build_metrics(meter_provider)
     kwargs.update(options)

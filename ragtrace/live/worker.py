@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from ragtrace._untraced import suppress_tracing
 from ragtrace.judges.base import Judge
 from ragtrace.judges.run import judge_and_score
-from ragtrace.live.enrich import TIMED_OUT, Evaluation
-from ragtrace.scoring import JUDGE_TIMEOUT, JudgeUsage, RagSample, Scorer, ScoreResult
+from ragtrace.live.enrich import Evaluation
+from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult, timed_out
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def _timed_out(job: ScoreJob) -> tuple[ScoreResult, ...]:
     for scorer in job.scorers:
         reason = scorer.skip_reason(job.sample)
         results.append(
-            scorer.skipped(reason) if reason else scorer.failed(JUDGE_TIMEOUT, TIMED_OUT)
+            scorer.skipped(reason) if reason else timed_out(scorer.name)
         )
     return tuple(results)
 

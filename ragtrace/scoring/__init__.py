@@ -1,6 +1,6 @@
 """The pure scoring core: samples, verdict schemas, formulas, scorers. No I/O, no OpenTelemetry."""
 
-from ragtrace.scoring.result import JUDGE_TIMEOUT, JudgeUsage, ScoreResult, SkipReason
+from ragtrace.scoring.result import JUDGE_TIMEOUT, JudgeUsage, ScoreResult, SkipReason, timed_out
 from ragtrace.scoring.sample import Document, RagSample
 from ragtrace.scoring.scorers import (
     SCORERS,
@@ -42,4 +42,5 @@ __all__ = [
     "Verdicts",
     "check_verdicts",
     "default_scorers",
+    "timed_out",
 ]
