@@ -81,10 +81,6 @@ class LiveScoring:
 
     # --- flush and shutdown ---------------------------------------------------------------------------
 
-    def close_open_traces(self, timeout: float = 5.0) -> None:
-        """Close every open trace now rather than at its root or `max_trace_wait`."""
-        self.worker.call(lambda: self.pipeline.tick(everything=True), timeout)
-
     def flush(self, timeout_millis: int) -> bool:
         """Score what can be scored within the timeout, release everything held, flush the sink."""
         deadline = time.monotonic() + timeout_millis / 1000
