@@ -52,18 +52,23 @@ def local_chat_server(answers: Mapping[str, str], default: str = "I don't know."
             else:
                 choice = {"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}
                 kind = "text_completion"
-            body = json.dumps({
+            reply_json(self, {
                 "id": "cmpl-1", "object": kind, "created": 0, "model": request.get("model", "local-model"),
                 "choices": [choice], "usage": usage,
-            }).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            })
 
     with serve(Handler) as base_url:
         yield base_url
+
+
+def reply_json(handler: BaseHTTPRequestHandler, document: Mapping[str, Any]) -> None:
+    """Answer the handler's request with 200 and `document` as JSON."""
+    body = json.dumps(document).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import re
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from _chat_server import serve
+from _chat_server import reply_json, serve
 from _pipeline import finish, scored_provider
 
 from ragtrace.instrument import generation_span, retrieval_span
@@ -51,17 +51,12 @@ class JudgeModel(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         prompt = next(m["content"] for m in request["messages"] if m["role"] == "user")
         content = json.dumps(grade(prompt))
-        body = json.dumps({
+        reply_json(self, {
             "id": "chatcmpl-judge", "object": "chat.completion", "created": 0, "model": request["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4,
                       "total_tokens": (len(prompt) + len(content)) // 4},
-        }).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        })
 
 
 def main(endpoint: str | None = None) -> dict[str, Any]:
