@@ -38,7 +38,17 @@ from ragtrace.scoring import (
     RagSample,
     default_scorers,
 )
-from tests.servers.judge import Fenced, Hang, JudgeServer, NotJson, Status, Valid, WrongCount
+from tests.servers.judge import (
+    Fenced,
+    Hang,
+    JudgeServer,
+    NotJson,
+    Status,
+    Valid,
+    WrongCount,
+    request_schema,
+)
+from tests.servers.judge import schema_fields as server_schema_fields
 
 GROUND_TRUTH = (
     "Paris is the capital of France. The Eiffel Tower stands in Paris. Paris hosted the 1900 Olympics."
@@ -82,16 +92,20 @@ def errors(result: SampleScores) -> set[str | None]:
     return {r.error for r in result.results}
 
 
+def schema_keys(body: dict[str, Any]) -> list[str]:
+    schema = request_schema(body)
+    assert schema is not None
+    return list(schema["properties"]["contexts"]["properties"])
+
+
 def user_prompt(body: dict[str, Any]) -> str:
     return str(next(m["content"] for m in body["messages"] if m["role"] == "user"))
 
 
 def schema_fields(body: dict[str, Any]) -> set[str]:
-    schema = body["response_format"]["json_schema"]["schema"]
-    fields = set(schema["properties"])
-    for definition in schema.get("$defs", {}).values():
-        fields |= set(definition["properties"])
-    return fields
+    schema = request_schema(body)
+    assert schema is not None
+    return server_schema_fields(schema)
 
 
 # --- the happy path --------------------------------------------------------------------------------------
@@ -118,7 +132,7 @@ def test_fused_answer_scores_all_three_in_one_call(judge_server: JudgeServer) ->
     assert usage.input_tokens == judge_server.usages[0]["prompt_tokens"]
     assert usage.output_tokens == judge_server.usages[0]["completion_tokens"]
     assert usage.cost_usd is None  # no price is known for this model, and that is not an error
-    assert usage.model == "openai/judge-test" and usage.prompt_version == "fused-v1"
+    assert usage.model == "openai/judge-test" and usage.prompt_version == "fused-v2"
     assert usage.latency_ms > 0
 
 
@@ -138,9 +152,9 @@ def test_per_scorer_mode_makes_one_call_per_scorer_with_a_narrow_schema(judge_se
     assert not {"useful", "level", "contexts"} & recall
     versions = {r.name: r.usage.prompt_version for r in result.results}
     assert versions == {
-        "context_precision": "usefulness-v1",
-        "context_relevance": "relevance-v1",
-        "context_recall": "claims-v1",
+        "context_precision": "usefulness-v2",
+        "context_relevance": "relevance-v2",
+        "context_recall": "claims-v2",
     }
     assert result.usage.calls == 3
 
@@ -164,7 +178,7 @@ def test_non_fused_judge_asked_for_several_aspects_merges_per_aspect_answers(
 
 
 def test_endpoint_rejecting_json_schema_falls_back_to_json_mode_once(judge_server: JudgeServer) -> None:
-    judge_server.reject_formats = {"json_schema"}  # llama.cpp's server answers 422
+    judge_server.reject_formats = {"json_schema"}  # answered 422
     judge = make_judge(judge_server)
 
     first = score(judge)
@@ -172,17 +186,29 @@ def test_endpoint_rejecting_json_schema_falls_back_to_json_mode_once(judge_serve
     assert scores(first) == EXPECTED
     kinds = [b.get("response_format", {}).get("type") for b in judge_server.requests]
     assert kinds == ["json_schema", "json_object"]
-    assert "JSON schema:" in user_prompt(judge_server.requests[1])  # the schema moved into the prompt
+    assert "schema" in judge_server.requests[1]["response_format"]  # JSON mode, the schema as a grammar
+    assert "JSON schema:" not in user_prompt(judge_server.requests[1])
     assert first.usage.calls == 2  # the refused probe is a call too
-    assert judge.mode == "json_object"
+    assert judge.mode == "json_object_schema"
 
     other = SAMPLE.model_copy(update={"query": "Which city is the capital of France?"})
     assert score(judge, other).results[0].error is None
     assert [b["response_format"]["type"] for b in judge_server.requests[2:]] == ["json_object"]
 
 
+def test_endpoint_rejecting_a_schema_in_json_mode_gets_it_in_the_prompt(judge_server: JudgeServer) -> None:
+    judge_server.reject_formats = {"json_schema", "json_object_schema"}
+    judge = make_judge(judge_server)
+
+    assert scores(score(judge)) == EXPECTED
+    assert judge.mode == "json_object"
+    last = judge_server.requests[-1]
+    assert last["response_format"] == {"type": "json_object"}
+    assert "JSON schema:" in user_prompt(last)  # the schema moved into the prompt
+
+
 def test_endpoint_without_any_json_mode_gets_the_schema_in_the_prompt(judge_server: JudgeServer) -> None:
-    judge_server.reject_formats = {"json_schema", "json_object"}
+    judge_server.reject_formats = {"json_schema", "json_object_schema", "json_object"}
     judge_server.default = Fenced()  # and it answers in a ```json fence after some prose
     judge = make_judge(judge_server)
 
@@ -190,34 +216,46 @@ def test_endpoint_without_any_json_mode_gets_the_schema_in_the_prompt(judge_serv
 
     assert scores(result) == EXPECTED
     assert "response_format" not in judge_server.requests[-1]
-    assert len(judge_server.requests) == 3
+    assert len(judge_server.requests) == 4
     assert judge.mode == "text"
 
 
 # --- invalid answers ---------------------------------------------------------------------------------------
 
 
-def test_wrong_verdict_count_is_retried_with_the_error_shown(judge_server: JudgeServer) -> None:
+def test_an_answer_missing_a_verdict_is_completed_by_a_follow_up_for_that_context(
+    judge_server: JudgeServer,
+) -> None:
     judge_server.script(WrongCount())
-    result = score(make_judge(judge_server))
+    judge = make_judge(judge_server)
+    result = score(judge)
 
     assert scores(result) == EXPECTED
     assert len(judge_server.requests) == 2
-    retry = judge_server.requests[1]["messages"]
-    assert retry[-2]["role"] == "assistant"
-    assert "expected exactly one verdict for each context index 0..4" in retry[-1]["content"]
+    follow_up = judge_server.requests[1]
+    assert len(follow_up["messages"]) == 2  # a fresh, smaller question, not the conversation again
+    assert schema_keys(follow_up) == ["4"]
+    assert not {"missing", "claims"} & schema_fields(follow_up)  # those came with the first answer
+    prompt = user_prompt(follow_up)
+    assert f'<context index="4">{CONTEXTS[4]}</context>' in prompt
+    assert prompt.count("<context index=") == 1
     assert result.usage.calls == 2
+    assert judge.path_counts()["followup_calls"] == 1
 
 
 def test_wrong_verdict_count_every_time_is_a_typed_error(judge_server: JudgeServer) -> None:
     judge_server.default = WrongCount()
-    result = score(make_judge(judge_server, max_invalid_retries=2))
+    judge = make_judge(judge_server, max_invalid_retries=2)
+    result = score(judge)
 
     assert errors(result) == {"judge_invalid_output"}
     assert all(r.score is None for r in result.results)
-    assert len(judge_server.requests) == 3
-    assert result.results[0].usage.calls == 3
-    assert "expected exactly one verdict" in (result.results[0].error_message or "")
+    # 0..3 answered, then a follow-up for 4 that answers nothing, retried twice
+    assert len(judge_server.requests) == 4
+    assert result.results[0].usage.calls == 4
+    assert "no valid verdict for context indices [4]" in (result.results[0].error_message or "")
+    counts = judge.path_counts()
+    assert (counts["followup_calls"], counts["invalid_retries"], counts["failed"]) == (1, 2, 1)
 
 
 def test_non_json_answer_is_retried_then_scored(judge_server: JudgeServer) -> None:
