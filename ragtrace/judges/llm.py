@@ -113,6 +113,47 @@ def _retry_after(exc: BaseException) -> float | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """One call's reply: its text, why it ended, and what it cost (tokens 0 when nobody counted them)."""
+
+    content: str
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    cost: float | None
+
+
+def _priced(litellm: Any, model: str, input_tokens: int, output_tokens: int) -> float | None:
+    """The price litellm's bundled map gives these tokens, or None for a model it does not price."""
+    try:
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=model, prompt_tokens=input_tokens, completion_tokens=output_tokens
+        )
+    except Exception:  # unknown price: no cost, never an error
+        return None
+    return float(prompt_cost) + float(completion_cost)
+
+
+def _from_response(response: Any, litellm: Any) -> _Answer:
+    usage = getattr(response, "usage", None)
+    choice = response.choices[0]
+    hidden = getattr(response, "_hidden_params", None) or {}
+    try:  # litellm prices each response it logs; None means the model's price is unknown
+        cost = hidden["response_cost"] if "response_cost" in hidden else (
+            litellm.completion_cost(completion_response=response)
+        )
+    except Exception:
+        cost = None
+    return _Answer(
+        content=str(choice.message.content or ""),
+        finish_reason=getattr(choice, "finish_reason", None),
+        input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost=None if cost is None else float(cost),
+    )
+
+
 @dataclass
 class _Tally:
     """What one `judge()` has spent so far; becomes the `JudgeUsage` of its answer or its error."""
@@ -125,19 +166,11 @@ class _Tally:
     cost: float | None = None
     started: float = field(default_factory=time.perf_counter)
 
-    def add(self, response: Any, litellm: Any) -> None:
-        usage = getattr(response, "usage", None)
-        self.input_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
-        self.output_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
-        hidden = getattr(response, "_hidden_params", None) or {}
-        try:  # litellm prices each response it logs; None means the model's price is unknown
-            cost = hidden["response_cost"] if "response_cost" in hidden else (
-                litellm.completion_cost(completion_response=response)
-            )
-        except Exception:  # unknown price: no cost, never an error
-            return
-        if cost is not None:
-            self.cost = (self.cost or 0.0) + float(cost)
+    def add(self, answer: _Answer) -> None:
+        self.input_tokens += answer.input_tokens
+        self.output_tokens += answer.output_tokens
+        if answer.cost is not None:
+            self.cost = (self.cost or 0.0) + answer.cost
 
     def usage(self) -> JudgeUsage:
         return JudgeUsage(
@@ -555,31 +588,37 @@ class LLMJudge(PerProcessState):
                 continue
             finally:
                 otel_context.detach(token)  # type: ignore[arg-type]
-            if response is None:  # a stream that ended before its first chunk
-                return "", None
-            tally.add(response, litellm)
-            choice = response.choices[0]
-            content = str(choice.message.content or "")
+            tally.add(response)
             if self.budget is not None:
-                self.budget.spend(_spent_tokens(response, messages, content, self._count))
-            return content, getattr(choice, "finish_reason", None)
+                self.budget.spend(_spent_tokens(response, messages, self._count))
+            return response.content, response.finish_reason
 
-    async def _call(self, litellm: Any, kwargs: dict[str, Any]) -> Any:
+    async def _call(self, litellm: Any, kwargs: dict[str, Any]) -> _Answer:
         """One completion. A stream is read to its end and closed in any case, so a cancelled call
         closes its connection and the server stops generating at its next token."""
         if not kwargs.get("stream"):
-            return await litellm.acompletion(**kwargs)
+            return _from_response(await litellm.acompletion(**kwargs), litellm)
         stream = await litellm.acompletion(**kwargs)
-        chunks: list[Any] = []
+        pieces: list[str] = []
+        finish: str | None = None
+        usage: Any = None
         try:
             async for chunk in stream:
-                chunks.append(chunk)
+                for choice in getattr(chunk, "choices", None) or []:
+                    pieces.append(getattr(choice.delta, "content", None) or "")
+                    finish = getattr(choice, "finish_reason", None) or finish
+                usage = getattr(chunk, "usage", None) or usage
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()
-        if not chunks:
-            return None
-        return litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
+        content = "".join(pieces)
+        input_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        output_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        if not input_tokens:  # servers that stream without usage (llama-cpp-python): our own count
+            input_tokens = self._count("\n".join(m["content"] for m in kwargs["messages"]))
+            output_tokens = self._count(content) if content else 0
+        cost = _priced(litellm, self.model, input_tokens, output_tokens)
+        return _Answer(content, finish, input_tokens, output_tokens, cost)
 
     # --- plumbing --------------------------------------------------------------------------------------
 
@@ -606,13 +645,15 @@ class LLMJudge(PerProcessState):
 
 
 def _known_window(model: str) -> int | None:
-    """The model's input context length as litellm's bundled model map knows it, or None."""
-    try:
-        info = load_litellm().get_model_info(model)
-    except Exception:  # a model litellm does not know (any self-hosted one): no automatic split
-        return None
-    window = info.get("max_input_tokens") or info.get("max_tokens")
-    return int(window) if window else None
+    """The model's input context length as litellm's bundled model map knows it, or None (any
+    self-hosted model: then no automatic split unless `context_window` is given)."""
+    known = load_litellm().model_cost
+    for name in (model, model.split("/", 1)[-1]):
+        info = known.get(name)
+        if isinstance(info, dict):
+            window = info.get("max_input_tokens") or info.get("max_tokens")
+            return int(window) if window else None
+    return None
 
 
 def _asks(part: Part) -> bool:
@@ -628,13 +669,12 @@ def _assemble(collected: Reading, aspects: frozenset[Aspect], n_contexts: int) -
     return check_verdicts(verdicts, n_contexts, aspects)
 
 
-def _spent_tokens(response: Any, messages: list[dict[str, str]], content: str, count: TokenCounter) -> int:
+def _spent_tokens(answer: _Answer, messages: list[dict[str, str]], count: TokenCounter) -> int:
     """Tokens a call cost, for the budget: the provider's count, or our own when it reports none."""
-    usage = getattr(response, "usage", None)
-    spent = int(getattr(usage, "prompt_tokens", 0) or 0) + int(getattr(usage, "completion_tokens", 0) or 0)
+    spent = answer.input_tokens + answer.output_tokens
     if spent:
         return spent
-    return count("\n".join(m["content"] for m in messages)) + count(content)
+    return count("\n".join(m["content"] for m in messages)) + count(answer.content)
 
 
 def _rejects_format(exc: BaseException, status: int | None) -> bool:

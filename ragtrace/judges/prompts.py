@@ -193,8 +193,11 @@ class Reading:
 
     def merge(self, other: Reading) -> None:
         """Take what `other` answered that this reading does not have yet."""
-        for index, verdict in other.verdicts.items():
-            self.verdicts.setdefault(index, verdict)
+        for index, verdict in other.verdicts.items():  # another aspect's fields for the same context join
+            mine = self.verdicts.setdefault(index, {})
+            for name, value in verdict.items():
+                if mine.get(name) in (None, ""):
+                    mine[name] = value
         if self.missing is None:
             self.missing = other.missing
         if self.claims is None:
