@@ -287,8 +287,8 @@ class Gateway:
         settings = settings if settings is not None else RagtraceSettings.from_env()
         self.settings = settings
         if judge is None:
-            judge_options = {"api_base": settings.judge_api_base} if settings.judge_api_base else {}
-            resolved = resolve_judge(settings.judge, **judge_options)
+            is_llm = not (settings.judge == "local" or settings.judge.startswith("local/"))
+            resolved = resolve_judge(settings.judge, **(settings.llm_judge_options() if is_llm else {}))
         else:
             resolved = resolve_judge(judge)
         kwargs = settings.processor_options()

@@ -55,6 +55,13 @@ class RagtraceSettings(BaseModel):
     enabled: bool = True
     judge: str = Field("local", min_length=1, description="'local' or a litellm model, e.g. openai/gpt-4o-mini")
     judge_api_base: str | None = None
+    # LLM judge calls (a litellm judge only); unset keeps LLMJudge's defaults.
+    judge_timeout: float | None = Field(None, gt=0, description="seconds per judge call; cancelled past it")
+    judge_max_retries: int | None = Field(None, ge=0, description="retries of a 429/5xx/connection failure")
+    judge_concurrency: int | None = Field(None, ge=1, description="judge calls in flight at once")
+    judge_max_tokens: int | None = Field(None, ge=1, description="cap on each answer (default: derived)")
+    judge_contexts_per_call: int | None = Field(None, ge=1, description="contexts asked about per call")
+    judge_context_window: int | None = Field(None, ge=1, description="the judge model's context length")
     sample_rate: float = Field(0.1, ge=0.0, le=1.0)
     mode: Mode = "enrich"
     worker: WorkerKind = Field(
@@ -112,6 +119,19 @@ class RagtraceSettings(BaseModel):
                 shown = raw.get(field, "")
                 problems.append(f"{ENV_PREFIX}{field.upper()}={shown!r}: {error['msg']}")
             raise ValueError("invalid ragtrace settings: " + "; ".join(problems)) from None
+
+    def llm_judge_options(self) -> dict[str, Any]:
+        """The LLMJudge keyword arguments the judge_* settings stand for (those that are set)."""
+        options = {
+            "api_base": self.judge_api_base,
+            "timeout": self.judge_timeout,
+            "max_retries": self.judge_max_retries,
+            "concurrency": self.judge_concurrency,
+            "max_tokens": self.judge_max_tokens,
+            "contexts_per_call": self.judge_contexts_per_call,
+            "context_window": self.judge_context_window,
+        }
+        return {name: value for name, value in options.items() if value is not None}
 
     def processor_options(self) -> dict[str, Any]:
         """The RagScoringSpanProcessor keyword arguments these settings stand for (judge excluded)."""
@@ -184,7 +204,7 @@ def _scoring_options(
     """The scoring keyword arguments, judge and metrics included; `options` (scoring arguments) last."""
     spec = settings.judge if judge is None else judge
     is_llm = isinstance(spec, str) and not (spec == "local" or spec.startswith("local/"))
-    judge_options = {"api_base": settings.judge_api_base} if is_llm and settings.judge_api_base else {}
+    judge_options = settings.llm_judge_options() if is_llm else {}
     kwargs = settings.processor_options()
     kwargs["judge"] = resolve_judge(spec, **judge_options)
     if not is_llm and isinstance(spec, str) and not concurrency_chosen:
