@@ -28,26 +28,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from local_judge_quality import auc, mean  # the same per-item AUC as the local judge's bench
 
 from ragtrace.judges import JudgeError, JudgeRequest, LLMJudge
 from ragtrace.judges.lexical import bm25_scores, content_tokens, tokens
 from ragtrace.scoring import Aspect, RagSample
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hotpotqa" / "hotpotqa_dev_500.jsonl"
-
-
-def auc(scores: list[float], labels: list[int]) -> float | None:
-    """ROC AUC with ties counted half; None when a class is absent."""
-    pos = [s for s, y in zip(scores, labels, strict=True) if y]
-    neg = [s for s, y in zip(scores, labels, strict=True) if not y]
-    if not pos or not neg:
-        return None
-    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
-    return wins / (len(pos) * len(neg))
-
-
-def mean(values: list[float]) -> float | None:
-    return round(statistics.fmean(values), 4) if values else None
 
 
 async def judge_item(judge: LLMJudge, item: dict[str, Any]) -> dict[str, Any]:
