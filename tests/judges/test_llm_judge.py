@@ -626,6 +626,16 @@ def test_budget_still_counts_when_the_server_reports_no_usage(judge_server: Judg
     assert errors(result) == {None}
     prompt_tokens = TokenCounter("openai/judge-test")(user_prompt(judge_server.requests[0]))
     assert budget.spent() > prompt_tokens  # our own count of prompt and answer
+    assert result.usage.input_tokens > prompt_tokens and result.usage.output_tokens > 0  # and in the usage
+
+
+def test_a_judge_that_does_not_stream_scores_the_same(judge_server: JudgeServer) -> None:
+    judge = make_judge(judge_server, stream=False)
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    assert "stream" not in judge_server.requests[0]
+    assert result.usage.input_tokens == judge_server.usages[0]["prompt_tokens"]
 
 
 # --- prompt contents ---------------------------------------------------------------------------------------
