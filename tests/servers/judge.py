@@ -292,11 +292,13 @@ class Hang(Behaviour):
 
 
 def llama_cpp_python_refusal(kind: str) -> Status:
-    """llama-cpp-python 0.3.x: its request model allows only text/json_object; the validation error
-    reaches its catch-all route handler, which answers 500 with the error's text."""
+    """llama-cpp-python 0.3.36 (as run for bench/llm_judge_real.py): its request model allows only
+    text/json_object; the validation error reaches its catch-all route handler, which answers 500 with
+    the error's text (and a traceback line, left out here)."""
     message = (
-        "[{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be "
-        f"'text' or 'json_object'\", 'input': '{kind}', 'ctx': {{'expected': \"'text' or 'json_object'\"}}}}]"
+        "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+        f"'msg': \"Input should be 'text' or 'json_object'\", 'input': '{kind}', "
+        "'ctx': {'expected': \"'text' or 'json_object'\"}}"
     )
     return Status(500, message, error_type="internal_server_error")
 
