@@ -7,8 +7,11 @@ by the LocalJudge (response = reference = "The answer is <answer>."):
 - ``degraded``: gold pushed down (three distractors, the gold pair, the other distractors);
 - ``worse``:    gold replaced by distractors (only the 8 distractors are retrieved).
 
-Scores are cached on disk (keyed by the data file's hash, the item count and the judge's prompt version),
-so a rerun only simulates. A stream samples items with a seed: ``stable`` for `change_at` samples, then
+With `--cache-dir DIR` (opt-in) the judged scores are kept in DIR, keyed by a digest of the data file, the
+judge's code, model and settings (`LocalJudge.fingerprint()`) and the scorer's code, so a rerun only simulates
+and a changed judge can never serve old scores.
+
+A stream samples items with a seed: ``stable`` for `change_at` samples, then
 ``degraded`` for `change_at` samples, then ``worse``; the detector sees one score per sample and is
 checked every `check_every` samples (its APScheduler job in production). Reported: the detection delay
 (samples after each change until drift is flagged) and false alarms per 10,000 samples of a long
@@ -34,12 +37,12 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import itertools
 import json
 import random
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,12 +50,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from bench.hotpotqa import DATA
 from ragtrace.judges.local import LocalJudge
 from ragtrace.judges.run import judge_and_score
 from ragtrace.live.drift import DriftConfig, DriftDetector
 from ragtrace.scoring import ContextPrecision, RagSample
 
-DATA = Path("/work/shared/data/hotpotqa_dev_500.jsonl")
 RANKINGS = ("stable", "degraded", "worse")
 SCORER = "context_precision"
 RETRIEVER = "hotpotqa"
@@ -70,13 +73,11 @@ def rank(contexts: list[str], labels: list[int], ranking: str) -> list[str]:
     raise ValueError(ranking)
 
 
-def _cache_path(data: Path, cache_dir: Path) -> Path:
-    digest = hashlib.sha256(data.read_bytes()).hexdigest()[:16]
-    return cache_dir / f"drift-scores-{digest}-{LocalJudge.prompt_version}.json"
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("RAGTRACE_BENCH_CACHE", Path(tempfile.gettempdir()) / "ragtrace-bench-cache"))
+def _cache_path(data: Path, judge: LocalJudge, cache_dir: Path) -> Path:
+    digest = hashlib.sha256(data.read_bytes())
+    digest.update(judge.fingerprint().encode())
+    digest.update(inspect.getsource(ContextPrecision).encode())
+    return cache_dir / f"drift-scores-{digest.hexdigest()[:24]}.json"
 
 
 def _save(cache: Path, scores: dict[str, list[float]]) -> None:
@@ -91,12 +92,13 @@ def item_scores(
 ) -> tuple[dict[str, list[float]], dict[str, Any]]:
     """Per-item context_precision under each ranking (LocalJudge) for the first `limit` items.
 
-    Scores of item i are cached on disk in file order (keyed by the data file's hash and the judge's
-    prompt version); only items not cached yet are judged, and progress is saved every 10 items.
+    With a `cache_dir`, scores of item i are kept on disk in file order (keyed by what produced them, see
+    `_cache_path`); only items not cached yet are judged, and progress is saved every 10 items.
     """
-    cache = _cache_path(data, cache_dir or default_cache_dir())
+    judge = LocalJudge()
+    cache = _cache_path(data, judge, cache_dir) if cache_dir is not None else None
     scores: dict[str, list[float]] = {r: [] for r in RANKINGS}
-    if cache.exists():
+    if cache is not None and cache.exists():
         with contextlib.suppress(ValueError, KeyError):  # a damaged cache is judged again
             scores = json.loads(cache.read_text(encoding="utf-8"))["scores"]
     with data.open(encoding="utf-8") as handle:
@@ -106,7 +108,6 @@ def item_scores(
     started = time.perf_counter()
     judged = 0
     if done < len(items):
-        judge = LocalJudge()
         scorer = ContextPrecision()
 
         async def run() -> None:
@@ -123,15 +124,16 @@ def item_scores(
                     result = (await judge_and_score(sample, [scorer], judge)).results[0]
                     scores[ranking].append(float(result.score) if result.score is not None else 0.0)
                 judged += 1
-                if judged % 10 == 0:
+                if cache is not None and judged % 10 == 0:
                     _save(cache, scores)
 
         asyncio.run(run())
-        _save(cache, scores)
+        if cache is not None:
+            _save(cache, scores)
     n = len(items)
     meta = {
         "items": n, "judged_now": judged, "judge_s": round(time.perf_counter() - started, 1),
-        "data": str(data), "cache": str(cache),
+        "data": str(data), "cache": str(cache) if cache else None,
     }
     return {r: v[:n] for r, v in scores.items()}, meta
 
@@ -234,7 +236,7 @@ def main() -> int:
     parser.add_argument("--stable-samples", type=int, default=20_000, help="per seed, for false alarms")
     parser.add_argument("--check-every", type=int, default=10)
     parser.add_argument("--share", type=float, default=0.25, help="degraded share of traffic, subtle change")
-    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--cache-dir", type=Path, default=None, help="keep judged scores here for reruns")
     parser.add_argument("--threshold", type=float, default=None, help="override DriftConfig.threshold")
     parser.add_argument("--cusum-h", type=float, default=None, help="override DriftConfig.cusum_h")
     args = parser.parse_args()

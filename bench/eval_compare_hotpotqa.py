@@ -34,9 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragtrace.cli_eval import main as cli
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-DATA = Path("/work/shared/data/hotpotqa_dev_500.jsonl")
+from bench.hotpotqa import DATA
+from ragtrace.cli import main as cli
 
 
 def rows(path: Path, limit: int | None, gold_first: bool) -> list[dict[str, Any]]:

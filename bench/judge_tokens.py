@@ -1,7 +1,7 @@
 """How many judge tokens and calls does one HotpotQA item cost? Prints JSON.
 
 The real `LLMJudge` (real litellm client, real HTTP) judges the first N items of
-/work/shared/data/hotpotqa_dev_500.jsonl (10 contexts each; ground truth = the gold paragraphs;
+data/hotpotqa/hotpotqa_dev_500.jsonl (10 contexts each; ground truth = the gold paragraphs;
 response = "The answer is <answer>.") with all three scorers, against the scripted OpenAI-compatible
 server of tests/servers/judge.py started in this process. Every request body the server received is
 re-counted with litellm's offline `token_counter` on the exact messages sent; the json_schema sent in
@@ -33,11 +33,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm
 
+from bench.hotpotqa import DATA
 from ragtrace.judges import LLMJudge, judge_and_score
 from ragtrace.scoring import RagSample, default_scorers
 from tests.servers.judge import JudgeServer, parse_prompt
 
-DATA = Path("/work/shared/data/hotpotqa_dev_500.jsonl")
 MODEL = "openai/judge-test"
 
 

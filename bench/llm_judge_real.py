@@ -28,15 +28,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from local_judge_quality import auc, mean  # the same per-item AUC as the local judge's bench
-
+from bench.hotpotqa import DATA, load_items
+from bench.local_judge_quality import auc, mean  # the same per-item AUC as the local judge's bench
 from ragtrace.judges import JudgeError, JudgeRequest, LLMJudge
 from ragtrace.judges.lexical import bm25_scores, content_tokens, tokens
 from ragtrace.scoring import Aspect, RagSample
-
-DATA = Path(__file__).resolve().parents[1] / "data" / "hotpotqa" / "hotpotqa_dev_500.jsonl"
 
 
 async def judge_item(judge: LLMJudge, item: dict[str, Any]) -> dict[str, Any]:
@@ -135,7 +132,7 @@ def main() -> None:
     parser.add_argument("--reason-chars", type=int, default=80)
     parser.add_argument("--out", type=Path, default=None, help="per-item rows as JSON lines")
     args = parser.parse_args()
-    items = [json.loads(line) for line in args.data.read_text().splitlines() if line.strip()][: args.limit]
+    items = load_items(args.limit, args.data)
     started = time.perf_counter()
     judge, rows = asyncio.run(run(args, items))
     report = {

@@ -10,16 +10,12 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ragtrace._text import shorten
 from ragtrace.judges import Judge
 from ragtrace.offline.evaluate import EvaluationReport, aevaluate
 from ragtrace.scoring import ContextPrecision, ContextRecall, ContextRelevance, RagSample, Scorer
 
 WORST = 3
-
-
-def _short(text: str, width: int = 70) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _plan(
@@ -62,7 +58,8 @@ def failure_message(report: EvaluationReport, thresholds: Mapping[str, float], s
             result = item.results[name]
             label = item.id if item.id is not None else f"#{item.index}"
             parts.append(
-                f"  {label} {result.score:.2f} {_short(samples[item.index].query)!r}: {_short(result.reason, 110)}"
+                f"  {label} {result.score:.2f} {shorten(samples[item.index].query, 70)!r}: "
+                f"{shorten(result.reason, 110)}"
             )
     return "\n".join(parts)
 

@@ -1,5 +1,11 @@
-"""The scoring gateway (`ragtrace serve`): OTLP in -> the live scoring pipeline -> OTLP out."""
+"""The scoring gateway (`ragtrace serve`): OTLP in -> the live scoring pipeline -> OTLP out.
 
-from ragtrace.gateway.server import Gateway, RootSettler, otlp_exporting, request_of
+receivers.py decodes OTLP/gRPC and OTLP/HTTP, settling.py holds trace roots so late children join their
+trace, next_hop.py builds the exporting processor, server.py composes them around the scoring processor.
+"""
+
+from ragtrace.gateway.next_hop import otlp_exporting
+from ragtrace.gateway.server import Gateway, request_of
+from ragtrace.gateway.settling import RootSettler
 
 __all__ = ["Gateway", "RootSettler", "otlp_exporting", "request_of"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ragtrace.scoring import Aspect, JudgeUsage, RagSample, Verdicts
+from ragtrace.scoring import JUDGE_TIMEOUT, Aspect, JudgeUsage, RagSample, Verdicts
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class JudgeError(Exception):
 
 
 class JudgeTimeout(JudgeError):
-    code = "judge_timeout"
+    code = JUDGE_TIMEOUT
 
 
 class JudgeInvalidOutput(JudgeError):

@@ -29,6 +29,8 @@ _FILLER_TEXT = (
     "document documents text source sources"
 )
 RESPONSE_FILLER = frozenset(_FILLER_TEXT.split())
+# A yes/no answer judges the query's claim; it names nothing a passage could contain.
+POLARITY = frozenset({"yes", "no", "true", "false"})
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|(?<=;)\s+|\n+")

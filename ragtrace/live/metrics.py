@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
+from ragtrace._version import __version__
 from ragtrace.scoring.result import JudgeUsage, ScoreResult
 
 __all__ = [
@@ -75,8 +76,6 @@ class RagtraceMetrics:
             self._create_instruments(metrics.NoOpMeterProvider())
 
     def _create_instruments(self, provider: MeterProvider) -> None:
-        from ragtrace import __version__  # lazily: the package root may import live/ one day
-
         meter = provider.get_meter("ragtrace", __version__)
 
         self._score = meter.create_histogram(

@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ragtrace.judges.base import Judge
-from ragtrace.judges.resolve import resolve_judge
+from ragtrace.judges.resolve import is_local_judge, resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
 from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.metrics import RagtraceMetrics
@@ -121,9 +121,9 @@ class RagtraceSettings(BaseModel):
             raise ValueError("invalid ragtrace settings: " + "; ".join(problems)) from None
 
     def llm_judge_options(self) -> dict[str, Any]:
-        """The LLMJudge keyword arguments the judge_* settings stand for (those that are set)."""
+        """The `resolve_judge` keywords of the judge_* settings: `api_base`, and the LLMJudge call
+        options that are set (as `llm_options`, which reach a litellm judge only)."""
         options = {
-            "api_base": self.judge_api_base,
             "timeout": self.judge_timeout,
             "max_retries": self.judge_max_retries,
             "concurrency": self.judge_concurrency,
@@ -131,7 +131,8 @@ class RagtraceSettings(BaseModel):
             "contexts_per_call": self.judge_contexts_per_call,
             "context_window": self.judge_context_window,
         }
-        return {name: value for name, value in options.items() if value is not None}
+        chosen = {name: value for name, value in options.items() if value is not None}
+        return {"api_base": self.judge_api_base, "llm_options": chosen}
 
     def processor_options(self) -> dict[str, Any]:
         """The RagScoringSpanProcessor keyword arguments these settings stand for (judge excluded)."""
@@ -203,11 +204,9 @@ def _scoring_options(
 ) -> dict[str, Any]:
     """The scoring keyword arguments, judge and metrics included; `options` (scoring arguments) last."""
     spec = settings.judge if judge is None else judge
-    is_llm = isinstance(spec, str) and not (spec == "local" or spec.startswith("local/"))
-    judge_options = settings.llm_judge_options() if is_llm else {}
     kwargs = settings.processor_options()
-    kwargs["judge"] = resolve_judge(spec, **judge_options)
-    if not is_llm and isinstance(spec, str) and not concurrency_chosen:
+    kwargs["judge"] = resolve_judge(spec, **settings.llm_judge_options())
+    if is_local_judge(spec) and not concurrency_chosen:
         # The local judge is CPU work (~0.35 s a sample) on the app's own cores: one sample at a time in
         # the app's process unless asked otherwise (the gateway, a process of its own, keeps the default).
         kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY

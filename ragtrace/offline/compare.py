@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from ragtrace._text import format_number, shorten
 from ragtrace.offline.dataset import MAX_LINE_BYTES, DatasetError
 
 EXACT_LIMIT = 50
@@ -229,17 +230,6 @@ def compare(
     )
 
 
-def _fmt(value: float | None, signed: bool = False) -> str:
-    if value is None:
-        return "-"
-    return f"{value:+.3f}" if signed else f"{value:.3f}"
-
-
-def _short(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def format_comparison(comparison: Comparison) -> str:
     """The text a CI log shows: one line per scorer, then the items that dropped most."""
     lines = [
@@ -249,14 +239,15 @@ def format_comparison(comparison: Comparison) -> str:
     for name, c in comparison.scorers.items():
         verdict = "REGRESSED" if c.regressed else ("improved" if c.significant else "no significant change")
         lines.append(
-            f"  {name}: {_fmt(c.baseline_mean)} -> {_fmt(c.current_mean)} ({_fmt(c.delta, True)}); "
+            f"  {name}: {format_number(c.baseline_mean)} -> {format_number(c.current_mean)} "
+            f"({format_number(c.delta, signed=True)}); "
             f"paired n={c.paired}, {c.worsened} worse, {c.improved} better, "
             f"Wilcoxon p={c.test.p_value:.3g} ({c.test.method}) -> {verdict}"
         )
         for change in c.worst:
             label = change.id if change.id is not None else change.key
             lines.append(
-                f"      {label}: {change.old:.2f} -> {change.new:.2f}  {_short(change.query, 60)!r}"
-                f"  | {_short(change.reason, 90)}"
+                f"      {label}: {change.old:.2f} -> {change.new:.2f}  {shorten(change.query, 60)!r}"
+                f"  | {shorten(change.reason, 90)}"
             )
     return "\n".join(lines)

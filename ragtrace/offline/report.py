@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ragtrace._text import format_number
 from ragtrace.offline.compare import Comparison
 from ragtrace.offline.evaluate import ScorerSummary
 from ragtrace.scoring import JudgeUsage, RagSample, ScoreResult
@@ -167,9 +168,7 @@ def timeline(series: Mapping[str, Sequence[tuple[int, float]]], scale: float) ->
 
 
 def _fmt(value: float | None, pct: bool = False) -> str:
-    if value is None:
-        return "–"
-    return f"{100 * value:.0f}%" if pct else f"{value:.3f}"
+    return format_number(value, pct=pct, missing="–")  # a dash that reads as "none" in a table cell
 
 
 def _summary_table(

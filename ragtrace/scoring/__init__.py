@@ -1,6 +1,6 @@
 """The pure scoring core: samples, verdict schemas, formulas, scorers. No I/O, no OpenTelemetry."""
 
-from ragtrace.scoring.result import JudgeUsage, ScoreResult, SkipReason
+from ragtrace.scoring.result import JUDGE_TIMEOUT, JudgeUsage, ScoreResult, SkipReason, timed_out
 from ragtrace.scoring.sample import Document, RagSample
 from ragtrace.scoring.scorers import (
     SCORERS,
@@ -22,6 +22,7 @@ from ragtrace.scoring.verdicts import (
 )
 
 __all__ = [
+    "JUDGE_TIMEOUT",
     "LEVEL_WEIGHTS",
     "SCORERS",
     "Aspect",
@@ -41,4 +42,5 @@ __all__ = [
     "Verdicts",
     "check_verdicts",
     "default_scorers",
+    "timed_out",
 ]

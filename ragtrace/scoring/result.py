@@ -9,6 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 SkipReason = Literal["no_context", "no_ground_truth", "no_claims", "no_response"]
 Label = Literal["pass", "fail"]
 
+#: The `error` of a result that has no score because its deadline passed (the judge was too slow).
+JUDGE_TIMEOUT = "judge_timeout"
+#: Its message (the result's reason is "not scored: " + this).
+DEADLINE_PASSED = "no score before the deadline"
+
 
 class JudgeUsage(BaseModel):
     """Cost of the judge calls behind a result. A fused call is shared by the results it served."""
@@ -65,3 +70,10 @@ class ScoreResult(BaseModel):
 
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+def timed_out(name: str) -> ScoreResult:
+    """The result of scorer `name` when no score arrived before the deadline: the same wherever it is made."""
+    return ScoreResult(
+        name=name, error=JUDGE_TIMEOUT, error_message=DEADLINE_PASSED, reason=f"not scored: {DEADLINE_PASSED}"
+    )

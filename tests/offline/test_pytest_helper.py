@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ragtrace.testing import assert_retrieval
-from tests.offline.test_cli_eval import GoldJudge, average_precision, make_rows
+from tests.offline.gold import GoldJudge, average_precision, make_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_needs_a_threshold_in_range() -> None:
 
 def test_pytest_plugin_fixture(tmp_path: Path) -> None:
     (tmp_path / "test_user.py").write_text(textwrap.dedent("""
-        from tests.offline.test_cli_eval import make_rows
+        from tests.offline.gold import make_rows
 
         def test_good(assert_retrieval, ragtrace_judge):
             assert ragtrace_judge.model == "test/gold"
@@ -68,7 +68,7 @@ def test_pytest_plugin_fixture(tmp_path: Path) -> None:
     """))
     (tmp_path / "conftest.py").write_text(textwrap.dedent("""
         import pytest
-        from tests.offline.test_cli_eval import GoldJudge
+        from tests.offline.gold import GoldJudge
 
         @pytest.fixture(scope="session")
         def ragtrace_judge():

@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
-from ragtrace.cli_eval import main
+from ragtrace.cli import main
 from ragtrace.instrument import generation_span, retrieval_span
 from ragtrace.offline.replay import replay_file, spans_of
-from tests.offline.test_cli_eval import JUDGE, average_precision
+from tests.offline.gold import JUDGE, average_precision
 
 CASES: list[dict[str, Any]] = [
     {"query": "where is the gold?", "docs": ["gold in the vault", "tin can", "gold leaf"], "answer": "In the vault.",

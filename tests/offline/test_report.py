@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ragtrace.cli_eval import main
+from ragtrace.cli import main
 from ragtrace.offline.report import rank_usefulness, render_report
-from tests.offline.test_cli_eval import JUDGE, make_rows, write_jsonl
+from tests.offline.gold import JUDGE, make_rows, write_jsonl
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 EVIL = '<script>alert("x")</script><img src="http://example.com/x.png">'
@@ -51,13 +51,13 @@ def test_rank_usefulness_is_the_share_useful_at_each_rank(tmp_path: Path, capsys
     out = tmp_path / "out.jsonl"
     main(["eval", str(write_jsonl(tmp_path / "d.jsonl", rows)), "--judge", JUDGE, "--out", str(out), "--quiet"])
     capsys.readouterr()
-    from ragtrace.cli_eval import _item_result
+    from ragtrace.cli.records import item_result
     from ragtrace.offline.report import ReportItem
     from ragtrace.scoring import RagSample
 
     records = [json.loads(line) for line in out.read_text().splitlines()]
     items = [ReportItem(key=r["id"], id=r["id"], index=r["index"], sample=RagSample(query=r["query"]),
-                        results=_item_result(r).results) for r in records]
+                        results=item_result(r).results) for r in records]
     shares = {rank: share for rank, share, _ in rank_usefulness(items)}
     assert shares == {1: 9 / 12, 2: 0.0, 3: 3 / 12}
     empty = render_report(title="t", items=[], summaries={})

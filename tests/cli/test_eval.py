@@ -1,12 +1,11 @@
 """`ragtrace eval`: exit codes, thresholds, bad files, field mapping, resume and Ctrl-C, with a scripted judge.
 
-The judge is named on the command line as `python:tests.offline.test_cli_eval:GoldJudge`, the same hook a
-user's custom judge goes through, so these tests run the real CLI path end to end without a model.
+The judge is named on the command line as `python:tests.offline.gold:GoldJudge`, the same hook a user's
+custom judge goes through, so these tests run the real CLI path end to end without a model.
 """
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 import os
@@ -19,76 +18,16 @@ from typing import Any
 
 import pytest
 
-from ragtrace.cli_eval import main
-from ragtrace.judges import Judgement, JudgeRequest, JudgeTimeout
-from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, Verdicts
+from ragtrace.cli import main
+from tests.offline.gold import JUDGE, expected_precision_mean, make_rows, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
-JUDGE = "python:tests.offline.test_cli_eval:GoldJudge"
-
-
-class GoldJudge:
-    """A context is useful, highly relevant and used iff it contains 'gold'. Claims: ground-truth sentences
-    found verbatim in the contexts. Sleeps RAGTRACE_TEST_JUDGE_DELAY seconds per call; 'timeout' queries fail."""
-
-    model = "test/gold"
-    prompt_version = "gold-1"
-    fused = True
-
-    async def judge(self, request: JudgeRequest) -> Judgement:
-        delay = float(os.environ.get("RAGTRACE_TEST_JUDGE_DELAY", "0"))
-        if delay:
-            await asyncio.sleep(delay)
-        if "timeout" in request.sample.query:
-            raise JudgeTimeout("no answer within 1 s", JudgeUsage(calls=1, model=self.model))
-        contexts = [
-            ContextVerdict(
-                index=i, useful="gold" in c.content, level="high" if "gold" in c.content else "none",
-                used="gold" in c.content, reason="mentions gold" if "gold" in c.content else "no gold",
-            )
-            for i, c in enumerate(request.sample.contexts)
-        ]
-        claims = None
-        if Aspect.CLAIMS in request.aspects and request.sample.ground_truth:
-            text = " ".join(request.sample.context_texts)
-            claims = [ClaimVerdict(claim=p, supported=p in text) for p in request.sample.ground_truth.split(". ")]
-        usage = JudgeUsage(calls=1, input_tokens=50, output_tokens=5, model=self.model)
-        return Judgement(verdicts=Verdicts(contexts=contexts, claims=claims), usage=usage)
-
-
-def average_precision(relevant: list[bool]) -> float:
-    hits, total = 0, 0.0
-    for k, rel in enumerate(relevant, start=1):
-        if rel:
-            hits += 1
-            total += hits / k
-    return total / hits if hits else 0.0
-
-
-def make_rows(n: int, gold_at: Any = lambda i: i % 3) -> list[dict[str, Any]]:
-    rows = []
-    for i in range(n):
-        contexts = ["tin ore", "lead pipe", "iron gate"]
-        contexts[gold_at(i)] = f"gold bar {i}"
-        rows.append({"id": f"q{i}", "query": f"where is the gold {i}?", "contexts": contexts,
-                     "response": "In the vault.", "ground_truth": f"gold bar {i}"})
-    return rows
-
-
-def write_jsonl(path: Path, rows: list[Any]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(["eval", *argv, "--judge", JUDGE])
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def expected_precision_mean(rows: list[dict[str, Any]]) -> float:
-    scores = [round(average_precision(["gold" in c for c in r["contexts"]]), 2) for r in rows]
-    return round(sum(scores) / len(scores), 4)
 
 
 def test_thresholds_json_summary_and_out_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -269,7 +208,7 @@ def test_ctrl_c_keeps_results_and_prints_a_partial_summary(tmp_path: Path) -> No
     data = write_jsonl(tmp_path / "data.jsonl", rows)
     out = tmp_path / "out.jsonl"
     env = {**os.environ, "RAGTRACE_TEST_JUDGE_DELAY": "0.02", "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "ragtrace.cli_eval", "eval", str(data), "--judge", JUDGE, "--out", str(out),
+    argv = [sys.executable, "-m", "ragtrace", "eval", str(data), "--judge", JUDGE, "--out", str(out),
             "--concurrency", "1"]
     # A shell starts a background job with SIGINT ignored, and an ignored signal stays ignored across exec:
     # give the child the default disposition, as a terminal would, so that the test holds wherever it runs.

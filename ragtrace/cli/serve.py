@@ -2,41 +2,46 @@
 
 Settings come from `RAGTRACE_*` variables (`RagtraceSettings`); a flag given on the command line wins.
 The next hop is the SDK's usual `OTEL_EXPORTER_OTLP_*` configuration unless `--exporter-endpoint` is given.
-Also runnable as `python -m ragtrace.gateway.cli`.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    from ragtrace.gateway import Gateway
+    from ragtrace.live.setup import RagtraceSettings
 
 # Command-line flags that are RagtraceSettings fields (flag dest == field name).
-_SETTING_FLAGS = (
+SETTING_FLAGS = (
     "judge", "judge_api_base", "sample_rate", "mode", "target", "scorers", "concurrency", "score_deadline",
     "max_trace_wait", "max_queue", "max_held_spans", "max_open_traces",
 )
 
 
-def add_serve_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `serve` to the `ragtrace` command's subparsers (sets `func=run_serve`)."""
-    serve: argparse.ArgumentParser = subparsers.add_parser(
+def add_parser(subcommands: Any) -> argparse.ArgumentParser:
+    """Add `serve` to the `ragtrace` command's subcommands."""
+    parser: argparse.ArgumentParser = subcommands.add_parser(
         "serve",
         help="run the scoring gateway: OTLP in (gRPC, HTTP), score, OTLP out",
         description="Receive OTLP traces, score RAG retrievals, forward every span to the next hop "
         "(OTEL_EXPORTER_OTLP_* or --exporter-endpoint). Settings default to RAGTRACE_* variables.",
     )
-    _add_arguments(serve)
-    serve.set_defaults(func=run_serve)
-    return serve
+    _add_listening_options(parser)
+    _add_scoring_options(parser)
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.set_defaults(func=run)
+    return parser
 
 
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_listening_options(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("listening")
     net.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for all)")
     net.add_argument("--grpc-port", type=int, default=4317, help="OTLP gRPC port (default 4317; -1 disables)")
@@ -50,6 +55,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--exporter-protocol", choices=("grpc", "http/protobuf"), default=None,
         help="next hop's protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
     )
+
+
+def _add_scoring_options(parser: argparse.ArgumentParser) -> None:
     scoring = parser.add_argument_group("scoring (default: the RAGTRACE_* variable, else its default)")
     scoring.add_argument("--judge", default=None, help="'local' or a litellm model string, e.g. openai/gpt-4o-mini")
     scoring.add_argument("--judge-api-base", default=None, help="base URL for the litellm judge")
@@ -67,40 +75,47 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace-settle", type=float, default=1.0,
         help="seconds a trace's root is held so that children exported after it join the trace (default 1.0)",
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
 
 
 def _port(value: int | None) -> int | None:
+    """A negative port disables its transport."""
     return None if value is not None and value < 0 else value
 
 
-def run_serve(args: argparse.Namespace) -> int:
-    """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
-    from ragtrace.gateway.server import Gateway
-    from ragtrace.live.otlp import otlp_meter_provider
+def settings_of(args: argparse.Namespace) -> RagtraceSettings:
+    """`RAGTRACE_*` settings with the flags given on the command line applied, checked like the variables."""
     from ragtrace.live.setup import RagtraceSettings
+
+    settings = RagtraceSettings.from_env()
+    overrides = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None}
+    if overrides:
+        settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
+    from ragtrace.gateway import Gateway
+    from ragtrace.live.otlp import otlp_meter_provider
 
     logging.basicConfig(level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        settings = RagtraceSettings.from_env()
-        overrides = {name: getattr(args, name) for name in _SETTING_FLAGS if getattr(args, name, None) is not None}
-        if overrides:
-            settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
+        settings = settings_of(args)
         meter_provider = otlp_meter_provider(args.exporter_endpoint, args.exporter_protocol)
         gateway = Gateway(
-            settings,
-            host=args.host,
-            grpc_port=_port(args.grpc_port),
-            http_port=_port(args.http_port),
-            health_port=args.health_port,
-            exporter_endpoint=args.exporter_endpoint,
-            exporter_protocol=args.exporter_protocol,
-            trace_settle=args.trace_settle,
-            meter_provider=meter_provider,
+            settings, host=args.host, grpc_port=_port(args.grpc_port), http_port=_port(args.http_port),
+            health_port=args.health_port, exporter_endpoint=args.exporter_endpoint,
+            exporter_protocol=args.exporter_protocol, trace_settle=args.trace_settle, meter_provider=meter_provider,
         )
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"ragtrace serve: {exc}", file=sys.stderr)
         return 2
+    _serve_until_signalled(gateway, settings, meter_provider)
+    print(f"ragtrace serve: stopped {gateway.health()}", flush=True)
+    return 0
+
+
+def _serve_until_signalled(gateway: Gateway, settings: RagtraceSettings, meter_provider: MeterProvider) -> None:
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: object) -> None:
@@ -123,16 +138,6 @@ def run_serve(args: argparse.Namespace) -> int:
         meter_provider.shutdown()  # the last metric export, after the processor's final counts
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    print(f"ragtrace serve: stopped {gateway.health()}", flush=True)
-    return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # as `ragtrace` does: no cost-map download
-    parser = argparse.ArgumentParser(prog="ragtrace serve", description="the ragtrace scoring gateway")
-    _add_arguments(parser)
-    return run_serve(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["SETTING_FLAGS", "add_parser", "run", "settings_of"]

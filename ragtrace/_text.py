@@ -1,0 +1,18 @@
+"""How numbers and texts are shortened for people: CLI tables, CI logs, the HTML report, test failures."""
+
+from __future__ import annotations
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` on one line (runs of whitespace become one space), cut to `width` characters with "…"."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_number(value: float | None, *, pct: bool = False, signed: bool = False, missing: str = "-") -> str:
+    """A score to three decimals (`signed`: with its sign), or a share as a whole percentage (`pct`)."""
+    if value is None:
+        return missing
+    if pct:
+        return f"{100 * value:.0f}%"
+    return f"{value:+.3f}" if signed else f"{value:.3f}"

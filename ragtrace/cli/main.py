@@ -1,0 +1,33 @@
+"""The `ragtrace` command: one parser, one module per subcommand. Nothing in the package imports the CLI.
+
+A subcommand is a module with `add_parser(subcommands)`, which adds its arguments and sets `func` (called
+with the parsed arguments, returning the exit code); adding one is a line in `SUBCOMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ragtrace.cli.demo import add_parser as add_demo
+from ragtrace.cli.eval import add_parser as add_eval
+from ragtrace.cli.replay import add_parser as add_replay
+from ragtrace.cli.serve import add_parser as add_serve
+
+SUBCOMMANDS: tuple[Callable[[Any], argparse.ArgumentParser], ...] = (add_demo, add_eval, add_replay, add_serve)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ragtrace", description="Score RAG retrieval quality inside OpenTelemetry.")
+    subcommands = parser.add_subparsers(dest="command", required=True)
+    for add_parser in SUBCOMMANDS:
+        add_parser(subcommands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; argparse errors exit 2."""
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code

@@ -1,0 +1,224 @@
+"""The drift monitor: a `DriftDetector` checked on an APScheduler schedule, reported through OpenTelemetry.
+
+Scores reach it through `DriftMetrics`, the `RagtraceMetrics` whose `score()` also feeds the monitor, so
+the processor needs nothing of its own to be watched. The processor hands `metrics.score` every scored
+result and every result skipped for `no_context`: scores feed the drift series, and both feed the
+empty-retrieval rate, a gauge `ragtrace.retrieval.empty_rate` per retriever (share of the last `window`
+evaluated retrievals that returned no documents). It counts one observation per result: with the same
+scorers on every retrieval that is the share of retrievals.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.trace import TracerProvider
+
+from ragtrace._version import __version__
+from ragtrace.live.drift.detector import DriftConfig, DriftDetector, DriftState, Key
+from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.scoring.result import ScoreResult
+
+__all__ = ["DRIFT_INSTRUMENTS", "DriftMetrics", "DriftMonitor"]
+
+logger = logging.getLogger("ragtrace.drift")
+
+#: The instruments `DriftMonitor` registers (observable gauges on the `ragtrace` meter).
+DRIFT_INSTRUMENTS: tuple[str, ...] = (
+    "ragtrace.drift.score_delta",
+    "ragtrace.drift.detected",
+    "ragtrace.retrieval.empty_rate",
+)
+
+
+class DriftMonitor:
+    """A DriftDetector checked every `interval` seconds by an APScheduler BackgroundScheduler.
+
+    Each check refreshes the gauges `ragtrace.drift.score_delta`, `ragtrace.drift.detected` and
+    `ragtrace.retrieval.empty_rate` (read at the metric reader's pace), and when drift starts or ends
+    logs on `ragtrace.drift` and emits a short root span `ragtrace.drift` with an event of the same
+    name. Nothing here raises into the caller: failures are logged once and cost a check.
+    """
+
+    def __init__(
+        self,
+        config: DriftConfig | None = None,
+        *,
+        interval: float = 30.0,
+        meter_provider: MeterProvider | None = None,
+        tracer_provider: TracerProvider | None = None,
+    ) -> None:
+        if not interval > 0:
+            raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+        self.detector = DriftDetector(config)
+        self.interval = interval
+        self._states: dict[Key, DriftState] = {}
+        self._empty_rates: dict[str, float] = {}
+        self._check_lock = threading.Lock()
+        self._scheduler: Any = None
+        self._warned: set[str] = set()
+        self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("ragtrace.drift")
+        provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        try:
+            self._create_instruments(provider)
+        except Exception:
+            self._warn("setup")
+
+    def _create_instruments(self, provider: MeterProvider) -> None:
+        """No unit on the gauges: exporters append "_ratio" for unit "1" to gauges in some paths and not
+        in others, and the shipped alert rules must name them the same way whichever path is taken."""
+        meter = provider.get_meter("ragtrace", __version__)  # the same meter (scope) as RagtraceMetrics
+        meter.create_observable_gauge(
+            "ragtrace.drift.score_delta", callbacks=[self._observe_delta], unit="",
+            description="Recent mean score minus the frozen baseline mean, per scorer and retriever.",
+        )
+        meter.create_observable_gauge(
+            "ragtrace.drift.detected", callbacks=[self._observe_detected], unit="",
+            description="1 while the scores of a scorer and retriever have drifted from their baseline.",
+        )
+        meter.create_observable_gauge(
+            "ragtrace.retrieval.empty_rate", callbacks=[self._observe_empty], unit="",
+            description="Share of recent evaluated retrievals that returned no documents, per retriever.",
+        )
+
+    # -- feeding (scoring worker) --------------------------------------------------------------------
+
+    def observe(self, scorer: str, retriever: str, score: float) -> None:
+        self.detector.observe(scorer, retriever, score)
+
+    def observe_retrieval(self, retriever: str, empty: bool) -> None:
+        self.detector.observe_retrieval(retriever, empty)
+
+    def feed(self, result: ScoreResult, retriever: str) -> None:
+        """One scorer result: a score feeds drift; a score or a `no_context` skip feeds the empty rate."""
+        try:
+            if result.score is not None:
+                self.detector.observe(result.name, retriever, result.score)
+                self.detector.observe_retrieval(retriever, False)
+            elif result.skipped == "no_context":
+                self.detector.observe_retrieval(retriever, True)
+        except Exception:
+            self._warn("feed")
+
+    # -- checking (scheduler thread) -----------------------------------------------------------------
+
+    def check(self) -> dict[Key, DriftState]:
+        """Update every series, the gauges' values, and report drift that started or ended."""
+        with self._check_lock:
+            try:
+                states = self.detector.check()
+                self._states = states
+                self._empty_rates = self.detector.empty_rates()
+            except Exception:
+                self._warn("check")
+                return dict(self._states)
+        for state in states.values():
+            if state.changed:
+                self._report(state)
+        return states
+
+    def _report(self, state: DriftState) -> None:
+        what = "started" if state.detected else "ended"
+        attributes: dict[str, str | float | int] = {
+            "gen_ai.evaluation.name": state.scorer,
+            "ragtrace.retriever": state.retriever,
+            "ragtrace.drift.state": what,
+            "ragtrace.drift.detector": state.by or "none",
+            "ragtrace.drift.score_delta": round(state.delta, 6),
+            "ragtrace.drift.baseline_mean": round(state.baseline_mean, 6),
+            "ragtrace.drift.recent_mean": round(state.recent_mean, 6),
+            "ragtrace.drift.recent_n": state.recent_n,
+        }
+        try:
+            level = logging.WARNING if state.detected else logging.INFO
+            logger.log(
+                level, "ragtrace drift %s: %s on retriever %s, mean %.3f vs baseline %.3f (delta %+.3f, by %s)",
+                what, state.scorer, state.retriever, state.recent_mean, state.baseline_mean, state.delta,
+                state.by or "none", extra={"ragtrace_drift": attributes},
+            )
+        except Exception:
+            self._warn("log")
+        try:
+            span = self._tracer.start_span("ragtrace.drift", context=Context(), attributes=attributes)
+            span.add_event("ragtrace.drift", attributes)
+            span.end()
+        except Exception:
+            self._warn("span")
+
+    def start(self) -> DriftMonitor:
+        """Run `check` every `interval` seconds on a daemon BackgroundScheduler (idempotent)."""
+        if self._scheduler is not None:
+            return self
+        try:
+            from apscheduler.schedulers.background import BackgroundScheduler
+
+            scheduler = BackgroundScheduler(daemon=True)
+            scheduler.add_job(
+                self.check, "interval", seconds=self.interval, id="ragtrace-drift-check",
+                max_instances=1, coalesce=True, misfire_grace_time=max(1, int(self.interval)),
+            )
+            scheduler.start()
+            self._scheduler = scheduler
+        except Exception:
+            self._warn("start")
+        return self
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the scheduler; a last check reports what arrived since the previous one."""
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            try:
+                scheduler.shutdown(wait=wait)
+            except Exception:
+                self._warn("shutdown")
+        self.check()
+
+    # -- gauge callbacks (metric reader's thread) ----------------------------------------------------
+
+    def _observe_delta(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(s.delta, {"gen_ai.evaluation.name": s.scorer, "ragtrace.retriever": s.retriever})
+            for s in list(self._states.values()) if s.ready
+        ]
+
+    def _observe_detected(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return [
+            Observation(int(s.detected), {"gen_ai.evaluation.name": s.scorer, "ragtrace.retriever": s.retriever})
+            for s in list(self._states.values()) if s.ready
+        ]
+
+    def _observe_empty(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(rate, {"ragtrace.retriever": r}) for r, rate in list(self._empty_rates.items())]
+
+    def _warn(self, what: str) -> None:
+        if what in self._warned:
+            logger.debug("ragtrace drift: %s failed again", what, exc_info=True)
+            return
+        self._warned.add(what)
+        logger.warning("ragtrace drift: %s failed; drift detection may be incomplete", what, exc_info=True)
+
+
+class DriftMetrics(RagtraceMetrics):
+    """RagtraceMetrics that also feed a DriftMonitor: pass it as the processor's `metrics`.
+
+    The processor calls `metrics.score(result, retriever)` for every scored result and every result
+    skipped for `no_context`: the histogram records the scores (RagtraceMetrics.score passes over the
+    skips), the monitor feeds both to the detector.
+    """
+
+    def __init__(self, meter_provider: MeterProvider | None = None, *, monitor: DriftMonitor) -> None:
+        super().__init__(meter_provider)
+        self.monitor = monitor
+
+    def score(self, result: ScoreResult, retriever: str) -> None:
+        super().score(result, retriever)
+        self.monitor.feed(result, retriever)
+
+    def shutdown(self) -> None:
+        self.monitor.shutdown(wait=False)

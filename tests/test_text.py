@@ -1,0 +1,20 @@
+"""Shortened texts and numbers for people (CLI tables, CI logs, the HTML report)."""
+
+import pytest
+
+from ragtrace._text import format_number, shorten
+
+
+def test_shorten_puts_text_on_one_line_and_cuts_with_an_ellipsis() -> None:
+    assert shorten("a\n b\t c", 10) == "a b c"
+    assert shorten("abcdefghij", 5) == "abcd…"
+    assert len(shorten("x" * 100, 20)) == 20
+
+
+@pytest.mark.parametrize(
+    ("value", "options", "text"),
+    [(0.5, {}, "0.500"), (-0.25, {"signed": True}, "-0.250"), (0.25, {"signed": True}, "+0.250"),
+     (0.456, {"pct": True}, "46%"), (None, {}, "-"), (None, {"missing": "–"}, "–")],
+)
+def test_format_number(value: float | None, options: dict[str, object], text: str) -> None:
+    assert format_number(value, **options) == text  # type: ignore[arg-type]
