@@ -118,6 +118,27 @@ async def run(args: argparse.Namespace, items: list[dict[str, Any]]) -> tuple[LL
     return judge, rows
 
 
+async def cancel_check(args: argparse.Namespace, item: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Is a timed-out call cancelled on the server? Judge one item with a `timeout` shorter than the
+    call needs, then time a one-token request: the server answers one request at a time, so it answers
+    soon only if it stopped generating the abandoned answer. Streamed (the default) and not."""
+    import litellm
+
+    out: dict[str, Any] = {"timeout_s": timeout}
+    for stream in (True, False):
+        judge = LLMJudge(args.model, api_base=args.api_base, api_key=args.api_key, timeout=timeout,
+                         max_retries=0, cache=False, stream=stream, context_window=args.context_window)
+        row = await judge_item(judge, item)
+        started = time.perf_counter()
+        await litellm.acompletion(model=args.model, api_base=args.api_base, api_key=args.api_key, max_tokens=1,
+                                  messages=[{"role": "user", "content": "Say OK."}], timeout=1800)
+        out["stream" if stream else "no_stream"] = {
+            "judged": row["error"] or "scored",
+            "seconds_until_the_server_answers_again": round(time.perf_counter() - started, 1),
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DATA, help="HotpotQA JSONL (default: the repo's subset)")
@@ -131,8 +152,13 @@ def main() -> None:
     parser.add_argument("--context-window", type=int, default=None, help="the server's n_ctx")
     parser.add_argument("--reason-chars", type=int, default=80)
     parser.add_argument("--out", type=Path, default=None, help="per-item rows as JSON lines")
+    parser.add_argument("--cancel-check", type=float, default=None, metavar="TIMEOUT",
+                        help="only check that a call timed out after TIMEOUT seconds stops on the server")
     args = parser.parse_args()
     items = load_items(args.limit, args.data)
+    if args.cancel_check is not None:
+        print(json.dumps(asyncio.run(cancel_check(args, items[-1], args.cancel_check)), indent=2))
+        return
     started = time.perf_counter()
     judge, rows = asyncio.run(run(args, items))
     report = {
