@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ragtrace.gateway import Gateway
     from ragtrace.gateway.receivers import ReceiverLimits
     from ragtrace.gateway.security import ReceiverSecurity
-    from ragtrace.live.setup import RagtraceSettings
+    from ragtrace.live.settings import RagtraceSettings
 
 logger = logging.getLogger("ragtrace.gateway")
 
@@ -113,12 +113,12 @@ def _port(value: int | None) -> int | None:
 
 def settings_of(args: argparse.Namespace) -> RagtraceSettings:
     """`RAGTRACE_*` settings with the flags given on the command line applied, checked like the variables."""
-    from ragtrace.live.setup import RagtraceSettings
+    from ragtrace.live.settings import RagtraceSettings
 
     settings = RagtraceSettings.from_env()
     overrides = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None}
     if overrides:
-        settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
+        settings = settings.with_overrides(overrides)
     return settings
 
 

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 from ragtrace.demo.app import DemoApp, load_questions
 
 if TYPE_CHECKING:  # the live pipeline is imported when the demo runs, as before
-    from ragtrace.live.processor import WorkerKind
+    from ragtrace.live.options import WorkerKind
 
 SCORERS = ("context_precision", "context_relevance", "context_recall")
 SHORT = {"context_precision": "precision", "context_relevance": "relevance", "context_recall": "recall"}

@@ -32,7 +32,7 @@ from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from ragtrace.live.setup import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings
 
 logger = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ragtrace.gateway import Gateway, RootSettler, request_of
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from ragtrace.live.setup import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings
 from tests.live.fakes import CountingProcessor, ScriptedJudge, plain_trace, rag_trace
 from tests.live.test_e2e_otlp import assert_scored_trace
 from tests.servers.otlp import OtlpReceiver, ReceivedSpan
