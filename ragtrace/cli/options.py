@@ -7,8 +7,9 @@ A bad option is a `UsageError`: printed as `ragtrace <cmd>: error: ...`, exit co
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ragtrace.judges import Judge
@@ -188,12 +189,47 @@ def _import_judge(spec: str) -> Judge:
     return made
 
 
+def _closest(word: str, candidates: Iterable[str]) -> str | None:
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def check_judge_spec(spec: str, api_base: str | None = None) -> None:
+    """Refuse, before anything is scored, a judge spec that names no judge: neither 'local' nor a model
+    litellm can route. The message offers the closest valid spelling (`lokal` -> 'local')."""
+    name = spec.strip()
+    if not name or is_local_judge(name) or name.startswith("python:"):
+        return
+    from ragtrace.judges.prompts import load_litellm
+
+    litellm = load_litellm()
+    try:
+        litellm.get_llm_provider(model=name, api_base=api_base)
+        return
+    except Exception:  # litellm raises its BadRequestError for a model it cannot route
+        pass
+    provider, slash, model = name.partition("/")
+    if slash:
+        near = _closest(provider, (str(getattr(p, "value", p)) for p in litellm.provider_list))
+        suggestion = f"{near}/{model}" if near else None
+        problem = f"unknown provider {provider!r}"
+    else:
+        suggestion = _closest(name, ["local", *litellm.model_cost])
+        problem = "not 'local' and not a model litellm knows"
+    hint = f"Did you mean {suggestion!r}? " if suggestion else ""
+    raise UsageError(
+        f"--judge {spec!r}: {problem}. {hint}Use 'local', a litellm model string such as "
+        "'openai/gpt-4o-mini' (provider/model), or 'python:module:attr'"
+    )
+
+
 def load_judge(spec: str | Judge, api_base: str | None) -> Judge:
     """'local', a litellm model string, or 'python:module:attr' (a Judge class/factory, for custom judges)."""
     if not isinstance(spec, str):
         return spec
     if spec.startswith("python:"):
         return _import_judge(spec)
+    check_judge_spec(spec, api_base)
     try:
         return resolve_judge(spec, api_base=api_base)
     except ImportError as exc:
@@ -215,6 +251,7 @@ __all__ = [
     "add_run_options",
     "add_scoring_options",
     "build_scorers",
+    "check_judge_spec",
     "check_run_options",
     "load_judge",
     "parse_thresholds",
