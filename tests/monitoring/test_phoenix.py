@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import ragtrace
@@ -108,32 +108,14 @@ def phoenix(tmp_path: Path) -> Iterator[Phoenix]:
             process.wait()
 
 
-class Tee(SpanExporter):
-    """Exports to every exporter given: the app's OTLP exporter, and an in-memory copy for the test."""
-
-    def __init__(self, *exporters: SpanExporter) -> None:
-        self.exporters = exporters
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        results = [e.export(spans) for e in self.exporters]
-        ok = all(r is SpanExportResult.SUCCESS for r in results)
-        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
-
-    def shutdown(self) -> None:
-        for exporter in self.exporters:
-            exporter.shutdown()
-
-
 def run_app(otlp_traces_url: str) -> list[ReadableSpan]:
-    """The demo app with the production placement (`scoring_batch_processor`), half its requests served
-    by a stale index; returns the scored spans as they were exported."""
+    """The demo app with ragtrace installed in front of its OTLP exporter, half its requests served by a
+    stale index; returns the scored spans as they were exported (an in-memory copy beside the OTLP one)."""
     copy = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "phoenix-e2e"}))
-    provider.add_span_processor(
-        ragtrace.scoring_batch_processor(
-            Tee(OTLPSpanExporter(endpoint=otlp_traces_url), copy), judge="local", sample_rate=1.0
-        )
-    )
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otlp_traces_url)))
+    provider.add_span_processor(SimpleSpanProcessor(copy))
+    ragtrace.install(provider, judge="local", sample_rate=1.0, drift=False)
     corpus = load_corpus()
     app = DemoApp(provider.get_tracer("phoenix-e2e"), BM25Retriever(corpus))
     questions = load_questions()
