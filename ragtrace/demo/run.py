@@ -14,6 +14,7 @@ import random
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
@@ -23,6 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from ragtrace.demo.app import BM25Retriever, DemoApp, Question, load_corpus, load_questions, stale_snapshot
+from ragtrace.judges import Judge
 from ragtrace.live.drift import DriftConfig, DriftMetrics, DriftMonitor, DriftState
 from ragtrace.scoring import SCORERS
 
@@ -56,6 +58,7 @@ class Row:
     scores: dict[str, float]
     labels: dict[str, str]
     degraded: bool
+    error: str | None  # the evaluation's error code (judge_timeout, judge_unavailable, ...) when it failed
 
 
 @dataclass
@@ -107,13 +110,17 @@ class ScoreTable(SpanExporter):
         request, degraded = self.requests.get(trace_id, self.current)
         scores = {n: float(v) for n in SCORERS if isinstance(v := get(f"ragtrace.{n}.score"), int | float)}
         labels = {n: str(get(f"ragtrace.{n}.label", "")) for n in scores}
-        self.rows.append(Row(request, trace_id, scores, labels, degraded))
+        error = get("ragtrace.eval.error")
+        self.rows.append(Row(request, trace_id, scores, labels, degraded, str(error) if error else None))
         cells = "  ".join(
             f"{scores[n]:.2f} {'pass' if labels[n] == 'pass' else 'FAIL':<4}" if n in scores else f"{'-':<9}"
             for n in SCORERS
         )
         worst = min(scores, key=lambda n: scores[n]) if scores else None
-        why = str(get(f"ragtrace.{worst}.reason", "")) if worst else str(get("ragtrace.eval.status", ""))
+        if worst:
+            why = str(get(f"ragtrace.{worst}.reason", ""))
+        else:
+            why = f"not scored: {error}" if error else str(get("ragtrace.eval.status", ""))
         query = str(get("gen_ai.retrieval.query.text", ""))
         query = query if len(query) <= 38 else query[:37] + "…"
         self._print(f"{request:>3}  {trace_id:032x}"[:13] + f"  {query:<38}  {cells}  {why[:60]}")
@@ -222,16 +229,23 @@ def summary(table: ScoreTable, requests: int, degrade_at: int, elapsed: float, e
             "to send the scored spans to a collector or trace UI, where ragtrace.context_precision.label = fail "
             "finds the failing retrievals."
         )
+    scored = sum(1 for r in table.rows if r.scores)
+    errors = Counter(r.error for r in table.rows if r.error)
+    failed = (
+        f" {sum(errors.values())} evaluation(s) ended in a judge error ({', '.join(sorted(errors))}): "
+        "no score for those, see the rows above." if errors else ""
+    )
+    healthy = f"Requests 1-{degrade_at - 1}" if degrade_at > 2 else "Request 1"
     return (
-        f"What you saw: {requests} requests in {elapsed:.0f} s, {len(table.rows)} scored. Requests 1-{degrade_at - 1} "
-        f"ran on the full index: {phase(before)}. From request {degrade_at} the index was a stale snapshot "
-        f"missing most passages: {phase(after)}. {detected} {where}"
+        f"What you saw: {requests} requests in {elapsed:.0f} s, {scored} scored.{failed} {healthy} ran on the full "
+        f"index: {phase(before)}. From request {degrade_at} the index was a stale snapshot missing most passages: "
+        f"{phase(after)}. {detected} {where}"
     ).replace("  ", " ")
 
 
 def run_demo(
     requests: int = 40,
-    judge: str = "local",
+    judge: str | Judge = "local",
     sample_rate: float = 1.0,
     out: TextIO = sys.stdout,
     worker: WorkerKind = "thread",
@@ -252,7 +266,8 @@ def run_demo(
     table = ScoreTable(out, monitor, numbers)
     provider.add_span_processor(SimpleSpanProcessor(table))
     threshold = min(s().threshold * s().scale for s in SCORERS.values())
-    print(LEGEND.format(judge=judge, threshold=f"{threshold:.2f}"), file=out)
+    judge_name = judge if isinstance(judge, str) else judge.model
+    print(LEGEND.format(judge=judge_name, threshold=f"{threshold:.2f}"), file=out)
     print(f"Traffic: {requests} requests; at request {degrade_at} the retriever's index is swapped for a stale "
           "snapshot (ragtrace is not told).\n", file=out, flush=True)
     install(provider, judge=judge, sample_rate=sample_rate, worker=worker, drift=False,
@@ -274,8 +289,8 @@ def run_demo(
     provider.shutdown()
     monitor.shutdown(wait=False)
     print("\n" + summary(table, requests, degrade_at, time.perf_counter() - started, _otlp_endpoint()), file=out)
-    if not table.rows or all(not r.scores for r in table.rows):
-        print("ragtrace demo: no trace was scored; the judge failed on every request (see the log above)",
-              file=sys.stderr)
+    if not any(r.scores for r in table.rows):
+        codes = ", ".join(sorted({r.error for r in table.rows if r.error})) or "no evaluation came back"
+        print(f"ragtrace demo: no trace was scored ({codes}); check the judge ({judge_name})", file=sys.stderr)
         return 1
     return 0

@@ -10,6 +10,7 @@ from typing import Literal
 import pytest
 
 from ragtrace.demo.run import run_demo
+from ragtrace.judges import Judgement, JudgeRequest, JudgeTimeout
 from tests.servers.otlp import OtlpReceiver
 
 ROW = re.compile(r"^\s*(\d+)  ([0-9a-f]{8})  .*?  (\d\.\d\d (?:pass|FAIL)|-)\s")
@@ -67,3 +68,23 @@ def test_demo_detects_the_degradation_and_names_failing_traces(
     closing = text.rsplit("\n\n", 1)[1]
     assert closing.startswith("What you saw: 40 requests") and "The drift detector flagged" in closing
     assert "ragtrace.context_precision.label = fail" in closing
+
+
+class SilentJudge:
+    """A judge that never answers in time."""
+
+    model = "test/silent"
+    prompt_version = "silent-1"
+    fused = True
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        raise JudgeTimeout("no answer within 1 s")
+
+
+def test_demo_with_a_judge_that_always_fails_says_so_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    assert run_demo(requests=3, judge=SilentJudge(), out=out) == 1
+    text = out.getvalue()
+    assert text.count("not scored: judge_timeout") == 3, text
+    assert "3 requests" in text and "0 scored. 3 evaluation(s) ended in a judge error (judge_timeout)" in text
+    assert "no trace was scored (judge_timeout)" in capsys.readouterr().err
