@@ -280,6 +280,9 @@ def score_items(
             run = load(args, command, source, load_items)
         except (UsageError, DatasetError) as exc:
             stderr.write(f"ragtrace {command}: error: {exc}\n")
+            if args.json:  # a consumer of the JSON gets the error in JSON too
+                stdout.write(json.dumps({"command": command, "source": source, "error": str(exc),
+                                         "exit_code": EXIT_BAD_INPUT}) + "\n")
             return EXIT_BAD_INPUT
         resumed = resume(run, args, stderr)
         new, interrupted = score(run, resumed, args, stderr)

@@ -70,3 +70,12 @@ def test_json_stdout_is_only_json_when_the_judge_fails(tmp_path: Path, judge_ser
     assert sum(summary["scorers"]["context_precision"]["errors"].values()) == 2
     assert proc.returncode == 1  # every item ended in a judge error: over --max-error-rate
     assert "context_precision" in proc.stderr  # the table went to stderr
+
+
+def test_json_bad_input_is_a_json_error_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = write_jsonl(tmp_path / "data.jsonl", make_rows(1))
+    assert main(["eval", str(data), "--judge", "lokal", "--json", "--quiet"]) == 2
+    stdout, stderr = capsys.readouterr()
+    payload = json.loads(stdout)
+    assert payload["exit_code"] == 2 and "Did you mean 'local'?" in payload["error"]
+    assert payload["error"] in stderr
