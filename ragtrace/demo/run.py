@@ -186,7 +186,9 @@ def _mean(values: Sequence[float]) -> str:
     return f"{sum(values) / len(values):.2f}" if values else "-"
 
 
-def summary(table: ScoreTable, requests: int, degrade_at: int, elapsed: float, endpoint: str | None) -> str:
+def summary(
+    table: ScoreTable, requests: int, degrade_at: int, elapsed: float, endpoint: str | None, stale: str
+) -> str:
     """The closing paragraph: what happened to the scores, what the detector said, where the scores went."""
     before = [r for r in table.rows if not r.degraded]
     after = [r for r in table.rows if r.degraded]
@@ -238,7 +240,7 @@ def summary(table: ScoreTable, requests: int, degrade_at: int, elapsed: float, e
     healthy = f"Requests 1-{degrade_at - 1}" if degrade_at > 2 else "Request 1"
     return (
         f"What you saw: {requests} requests in {elapsed:.0f} s, {scored} scored.{failed} {healthy} ran on the full "
-        f"index: {phase(before)}. From request {degrade_at} the index was a stale snapshot missing most passages: "
+        f"index: {phase(before)}. From request {degrade_at} the index was a stale snapshot ({stale}): "
         f"{phase(after)}. {detected} {where}"
     ).replace("  ", " ")
 
@@ -274,21 +276,23 @@ def run_demo(
             metrics=DriftMetrics(monitor=monitor))
 
     corpus = load_corpus()
+    stale = stale_snapshot(corpus)
+    stale_note = f"{len(corpus) - len(stale)} of {len(corpus)} passages missing"
     app = DemoApp(provider.get_tracer("ragtrace.demo"), BM25Retriever(corpus))
     table.header()
     started = time.perf_counter()
     for number, question in enumerate(traffic(load_questions(), requests), start=1):
         if number == degrade_at:
-            app.retriever = BM25Retriever(stale_snapshot(corpus))
-            print(f"---- request {number}: the index is now a stale snapshot "
-                  f"({len(app.retriever.passages)} of {len(corpus)} passages) ----", file=out, flush=True)
+            app.retriever = BM25Retriever(stale)
+            print(f"---- request {number}: the index is now a stale snapshot ({stale_note}) ----", file=out, flush=True)
         table.current = (number, number >= degrade_at)
         numbers[app.answer(question).trace_id] = table.current
         table.wait_for(number, timeout=60.0)
     provider.force_flush(timeout_millis=120_000)
     provider.shutdown()
     monitor.shutdown(wait=False)
-    print("\n" + summary(table, requests, degrade_at, time.perf_counter() - started, _otlp_endpoint()), file=out)
+    elapsed = time.perf_counter() - started
+    print("\n" + summary(table, requests, degrade_at, elapsed, _otlp_endpoint(), stale_note), file=out)
     if not any(r.scores for r in table.rows):
         codes = ", ".join(sorted({r.error for r in table.rows if r.error})) or "no evaluation came back"
         print(f"ragtrace demo: no trace was scored ({codes}); check the judge ({judge_name})", file=sys.stderr)
