@@ -45,7 +45,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from ragtrace.gateway import Gateway
 from ragtrace.judges.base import Judge
 from ragtrace.live.sampling import Sampler
-from ragtrace.live.setup import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings
 
 TRACES_PER_REQUEST = 100
 SPANS_PER_TRACE = 5

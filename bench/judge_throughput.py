@@ -29,6 +29,7 @@ At 200 ms per call and 16 in flight, the ceiling is 16 / 0.2 = 80 samples/s; the
 
     python bench/judge_throughput.py                 # prints one JSON object
     python bench/judge_throughput.py --samples 200
+    python bench/judge_throughput.py --base main     # this tree's live path against main's, alternated
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import argparse
 import asyncio
+import importlib
 import json
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -54,9 +57,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from ragtrace.instrument import generation_span, retrieval_span
 from ragtrace.judges import LLMJudge, judge_and_score
-from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
-from ragtrace.live.processor import RagScoringSpanProcessor
-from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision, ContextRecall, ContextRelevance, RagSample
 from tests.servers.judge import JudgeServer, Valid
 
@@ -81,8 +81,9 @@ def texts(i: int, tag: str) -> tuple[str, list[str], str]:
     return query, contexts, response
 
 
-def make_judge(server: JudgeServer) -> LLMJudge:
-    return LLMJudge(
+def make_judge(server: JudgeServer, package: str = "ragtrace") -> LLMJudge:
+    llm_judge = LLMJudge if package == "ragtrace" else importlib.import_module(package + ".judges").LLMJudge
+    return llm_judge(
         "openai/judge-test", api_base=server.url + "/v1", api_key="x", concurrency=CONCURRENCY, cache=False
     )
 
@@ -140,7 +141,9 @@ class Counter(SpanExporter):
         with self._lock:
             for span in spans:
                 self.spans += 1
-                if (span.attributes or {}).get("ragtrace.eval.status") == "scored":
+                attrs = span.attributes or {}
+                # an older tree imported as ragtrace_base writes its attributes under that name
+                if "scored" in (attrs.get("ragtrace.eval.status"), attrs.get("ragtrace_base.eval.status")):
                     self.scored += 1
         return SpanExportResult.SUCCESS
 
@@ -156,23 +159,30 @@ def send_traces(tracer: Any, samples: int, tag: str) -> None:
 
 
 def processor_throughput(
-    samples: int, latency: float, worker: str = "thread", placement: str = "processor"
+    samples: int, latency: float, worker: str = "thread", placement: str = "processor", package: str = "ragtrace"
 ) -> dict[str, Any]:
+    """The live path of the tree `package` (`ragtrace`, or `ragtrace_base` with --base)."""
+    live = importlib.import_module(package + ".live")
+
     server = start_server(latency)
     try:
-        judge = make_judge(server)
-        warm_up(judge, (ContextPrecision(), ContextRelevance()))
+        judge = make_judge(server, package)
+        if package == "ragtrace":
+            warm_up(judge, (ContextPrecision(), ContextRelevance()))
         exported = Counter()
         options: dict[str, Any] = {
-            "judge": judge, "sampler": Sampler(1.0), "concurrency": CONCURRENCY, "max_queue": samples + 10,
-            "score_deadline": 60, "worker": worker,
+            "judge": judge, "sampler": importlib.import_module(package + ".live.sampling").Sampler(1.0),
+            "concurrency": CONCURRENCY, "max_queue": samples + 10, "score_deadline": 60, "worker": worker,
         }
+        before = set(threading.enumerate())
         entry: SpanProcessor
         if placement == "exporter":  # behind the SDK's batching
-            scoring = RagScoringSpanExporter(exported, **options)
-            processor, entry = scoring.processor, ScoringBatchSpanProcessor(scoring, schedule_delay_millis=50)
+            scoring = live.RagScoringSpanExporter(exported, **options)
+            processor = getattr(scoring, "processor", scoring)  # older trees count inside
+            entry = live.ScoringBatchSpanProcessor(scoring, schedule_delay_millis=50)
         else:  # in front of the exporting processor
-            processor = entry = RagScoringSpanProcessor(SimpleSpanProcessor(exported), **options)
+            processor = entry = live.RagScoringSpanProcessor(SimpleSpanProcessor(exported), **options)
+        (worker_thread,) = [t for t in threading.enumerate() if t not in before and t.name == "ragtrace-worker"]
         provider = TracerProvider()
         provider.add_span_processor(entry)
         tracer = provider.get_tracer("bench.judge_throughput")
@@ -181,7 +191,6 @@ def processor_throughput(
         exported.spans = exported.scored = server.max_in_flight = 0
         # The thread whose CPU the app pays for under the GIL: with worker="process" it only ships traces
         # and writes the answers; judging (litellm's client) happens in the scoring process.
-        worker_thread = processor._worker._thread
         start, cpu, worker_cpu = time.perf_counter(), time.process_time(), thread_cpu(worker_thread)
         send_traces(tracer, samples, "live")
         submitted = time.perf_counter() - start
@@ -210,7 +219,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=400)
     parser.add_argument("--latency", type=float, default=0.2, help="the judge server's delay per call (s)")
+    parser.add_argument("--base", help="a git revision: its live path too, alternated with this tree's (base_*)")
     args = parser.parse_args()
+    if args.base:
+        from worker_ab import export_base
+
+        export_base(args.base, Path(tempfile.mkdtemp(prefix="ragtrace-base-")))
+        old_new: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(2):  # alternated, so that both trees see the same machine speeds
+            for package in ("ragtrace", "ragtrace_base"):
+                for worker, placement in (("thread", "processor"), ("process", "exporter")):
+                    run = processor_throughput(args.samples, args.latency, worker, placement, package)
+                    old_new.setdefault(f"{package}:{placement}/{worker}", []).append(
+                        {k: round(run[k], 2) for k in ("samples_per_s", "cpu_ms_per_sample",
+                                                       "worker_thread_cpu_ms_per_sample")} | {"scored": run["scored"]}
+                    )
+        print(json.dumps({"samples": args.samples, "judge_latency_s": args.latency, "old_new": old_new,
+                          "base": args.base, "load_average_1m": round(os.getloadavg()[0], 2)}, indent=2))
+        return
     judge = judge_throughput(args.samples, args.latency)
     live = processor_throughput(args.samples, args.latency)
     remote = processor_throughput(args.samples, args.latency, worker="process")

@@ -172,7 +172,7 @@ def main() -> None:
         scoring = RagScoringSpanExporter(exported, **options)
         queued_spans = 2048  # the SDK's default
         batching = ScoringBatchSpanProcessor(scoring, max_queue_size=queued_spans)
-        proc, entry = scoring.processor, Entry(batching)
+        proc, entry = scoring, Entry(batching)
     else:
         proc = RagScoringSpanProcessor(SimpleSpanProcessor(exported), **options)
         entry = Entry(proc)

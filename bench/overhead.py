@@ -11,8 +11,11 @@ a real TracerProvider into a BatchSpanProcessor with a null exporter. Each ragtr
 - worker `thread` (the default): scoring in a thread of the app's process; `process`: in a scoring
   process of its own.
 
-The top-level figures are those of `exporter/process`, the configuration the README recommends for
-production (`config` names it); `by_config` has all four, against the same baseline.
+The top-level figures are those of `install`: the README's first snippet, `ragtrace.install(provider,
+judge=..., sample_rate=0.1)` on a provider that exports through a BatchSpanProcessor (`config` names it);
+`by_config` has every configuration against the same baseline. `--base REV` adds the same placements
+and workers of the tree at git revision REV (`base:exporter/process`, ...), imported side by side as
+`ragtrace_base` (see bench/worker_ab.py): old against new in one run, on the same machine speed.
 
 The machine is shared: its speed drifts by tens of percent within seconds, so two measures are taken.
 
@@ -48,33 +51,35 @@ import argparse
 import asyncio
 import gc
 import importlib
-import inspect
 import json
 import random
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Tracer, set_span_in_context
 
 from ragtrace.judges.base import Judgement, JudgeRequest
-from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
+from ragtrace.live.worker import DEFAULT_TICK_S
 from ragtrace.scoring import ContextVerdict, JudgeUsage, Verdicts
 
 # the processor's default tick interval (seconds)
-# The configuration the README recommends for production: behind the batching, scoring in a process of its own.
-PRODUCTION = "exporter/process"
-TICK_S: float = inspect.signature(RagScoringSpanProcessor).parameters["tick_interval"].default
+# The configuration the README's first snippet gives: `ragtrace.install(provider, judge=..., sample_rate=0.1)`.
+README_FIRST = "install"
+TICK_S: float = DEFAULT_TICK_S
 DOCS = json.dumps([
     {"id": f"doc-{i}", "score": 0.9 - i / 10, "content": f"passage {i} " + "lorem ipsum dolor sit amet " * 8}
     for i in range(5)
@@ -111,21 +116,29 @@ def ended_spans(record: Callable[[Tracer], object]) -> list[ReadableSpan]:
 
 
 class FixedJudge:
-    """Every context useful, high and used, after `delay` seconds (0: a judge answering at once)."""
+    """Every context useful, high and used, after `delay` seconds (0: a judge answering at once), in the
+    types of `package` (`ragtrace`, or an older tree imported as `ragtrace_base`, see bench/worker_ab.py)."""
 
     prompt_version = "bench-v1"
     fused = True
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, package: str = "ragtrace") -> None:
         self.delay = delay
         self.model = f"bench/fixed-{delay:g}s"
+        self.package = package
 
     async def judge(self, request: JudgeRequest) -> Judgement:
         if self.delay:
             await asyncio.sleep(self.delay)
-        contexts = [ContextVerdict(index=i, useful=True, level="high", used=True)
+        if self.package == "ragtrace":
+            contexts = [ContextVerdict(index=i, useful=True, level="high", used=True)
+                        for i in range(len(request.sample.contexts))]
+            return Judgement(Verdicts(contexts=contexts), JudgeUsage(calls=1, model=self.model))
+        scoring = importlib.import_module(self.package + ".scoring")
+        base = importlib.import_module(self.package + ".judges.base")
+        contexts = [scoring.ContextVerdict(index=i, useful=True, level="high", used=True)
                     for i in range(len(request.sample.contexts))]
-        return Judgement(Verdicts(contexts=contexts), JudgeUsage(calls=1, model=self.model))
+        return base.Judgement(scoring.Verdicts(contexts=contexts), scoring.JudgeUsage(calls=1, model=self.model))
 
 
 def rag_trace(tracer: Tracer, number: int | None = None) -> None:
@@ -193,30 +206,39 @@ class Variant:
     """One provider and the background threads it started (exporter, ragtrace worker).
 
     placement="processor": a RagScoringSpanProcessor in front of the BatchSpanProcessor; "exporter": a
-    ScoringBatchSpanProcessor with a RagScoringSpanExporter in front of the null exporter."""
+    ScoringBatchSpanProcessor with a RagScoringSpanExporter in front of the null exporter; "install": the
+    README's first snippet, `install(provider, judge=..., sample_rate=...)` on a provider exporting
+    through a BatchSpanProcessor, with its defaults (worker ignored). `package` is the tree measured."""
 
     def __init__(
         self, with_ragtrace: bool, rate: float = 0.1, worker: str = "thread", forward_only: bool = False,
-        tick_interval: float = TICK_S, placement: str = "processor",
+        tick_interval: float = TICK_S, placement: str = "processor", package: str = "ragtrace",
     ) -> None:
         before = set(threading.enumerate())
         self.placement = placement
         self.provider = TracerProvider()
-        self.processor: RagScoringSpanProcessor | None = None
+        self.processor: Any = None  # what reports held_spans and decisions
         self.exporting: BatchSpanProcessor
         if with_ragtrace:
+            live = importlib.import_module(package + ".live")
+            sampling = importlib.import_module(package + ".live.sampling")
             # A scoring process imports the judge's class: take it from this file imported as a module,
             # not from __main__.
-            judge = importlib.import_module("overhead").FixedJudge() if worker == "process" else FixedJudge()
-            options = {"judge": judge, "sampler": Sampler(rate), "worker": worker, "tick_interval": tick_interval}
-            if placement == "exporter":
-                scoring = RagScoringSpanExporter(NullExporter(), **options)
-                self.processor = scoring.processor
-                self.exporting = ScoringBatchSpanProcessor(scoring, max_queue_size=100_000)
+            judge = importlib.import_module("overhead").FixedJudge(package=package)
+            options = {"judge": judge, "sampler": sampling.Sampler(rate), "worker": worker,
+                       "tick_interval": tick_interval}
+            if placement == "install":
+                self.exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+                self.provider.add_span_processor(self.exporting)
+                self.processor = live.install(self.provider, judge=judge, sample_rate=rate, tick_interval=tick_interval)
+            elif placement == "exporter":
+                scoring = live.RagScoringSpanExporter(NullExporter(), **options)
+                self.processor = getattr(scoring, "processor", scoring)  # older trees count inside
+                self.exporting = live.ScoringBatchSpanProcessor(scoring, max_queue_size=100_000)
                 self.provider.add_span_processor(self.exporting)
             else:
                 self.exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
-                self.processor = RagScoringSpanProcessor(self.exporting, **options)  # type: ignore[arg-type]
+                self.processor = live.RagScoringSpanProcessor(self.exporting, **options)
                 self.provider.add_span_processor(self.processor)
         else:
             self.exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
@@ -255,7 +277,7 @@ class Variant:
         exporting (the polling left out). Only the SDK's batching is flushed, never ragtrace (whose flush
         closes traces early and has fixed costs of its own): a running app does not flush every thousand
         requests. Behind the batching, the batches go first, and what ragtrace holds goes out by itself."""
-        if self.placement == "exporter":
+        if self.placement in ("exporter", "install"):
             flushing = time.thread_time()
             BatchSpanProcessor.force_flush(self.exporting, 60_000)
             spent = time.thread_time() - flushing
@@ -290,9 +312,13 @@ def with_app_work(build: Callable[[Tracer], None], rounds: int) -> Callable[[Tra
 
 
 def scoring(config: str, rate: float, tick_interval: float = TICK_S) -> Variant:
-    """A ragtrace variant from its configuration's name, `<placement>/<worker>` (e.g. exporter/process)."""
-    placement, worker = config.split("/")
-    return Variant(True, rate, worker, tick_interval=tick_interval, placement=placement)
+    """A ragtrace variant from its configuration's name: `install` (the README's first snippet) or
+    `<placement>/<worker>` (e.g. exporter/process), either prefixed `base:` for the tree at `--base`."""
+    package = "ragtrace"
+    if config.startswith("base:"):
+        package, config = "ragtrace_base", config.removeprefix("base:")
+    placement, _, worker = config.partition("/")
+    return Variant(True, rate, worker or "thread", tick_interval=tick_interval, placement=placement, package=package)
 
 
 def wall_blocks(
@@ -463,10 +489,16 @@ def main() -> None:
     parser.add_argument("--worker", choices=("thread", "process", "both"), default="both",
                         help="where scoring runs: a thread of the app's process, a scoring process of its own, "
                              "or both against the same baseline")
+    parser.add_argument("--base", help="a git revision: its tree's placement/worker configurations too (base:...)")
     args = parser.parse_args()
     placements = ("processor", "exporter") if args.placement == "both" else (args.placement,)
     workers = ("thread", "process") if args.worker == "both" else (args.worker,)
-    configs = [f"{placement}/{worker}" for placement in placements for worker in workers]
+    configs = [README_FIRST, *(f"{placement}/{worker}" for placement in placements for worker in workers)]
+    if args.base:
+        from worker_ab import export_base  # it imports this module: imported here, once it is loaded
+
+        export_base(args.base, Path(tempfile.mkdtemp(prefix="ragtrace-base-")))
+        configs += [f"base:{placement}/{worker}" for placement in placements for worker in workers]
 
     workloads = {"rag": with_app_work(rag_trace, args.app_work), "non_rag": with_app_work(plain_trace, args.app_work)}
     cpu = {
@@ -498,8 +530,8 @@ def main() -> None:
             "idle_worker_cpu_us_per_s": idle[config],
         }
 
-    # The top-level figures are the production configuration's when it was measured (see the docstring).
-    primary_config = PRODUCTION if PRODUCTION in configs else configs[0]
+    # The top-level figures are those of the README's first snippet (see the docstring).
+    primary_config = README_FIRST
     primary = figures(primary_config)
     print(json.dumps({
         "ratio_rag_10pct": primary["ratio_rag_10pct"],

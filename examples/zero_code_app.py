@@ -1,5 +1,5 @@
 """An app with no ragtrace or exporter setup in its code: run it under `opentelemetry-instrument` and
-ragtrace installs itself in front of the exporter the OTel SDK configured from the environment.
+ragtrace installs itself behind the batching the OTel SDK configured from the environment.
 
     RAGTRACE_ENABLED=true RAGTRACE_JUDGE=local RAGTRACE_SAMPLE_RATE=1 RAGTRACE_MODE=enrich \\
     OTEL_SERVICE_NAME=zero-code-app OTEL_TRACES_EXPORTER=otlp OTEL_METRICS_EXPORTER=otlp \\
@@ -19,7 +19,7 @@ from typing import Any
 from opentelemetry import trace
 
 from ragtrace.instrument import generation_span, retrieval_span
-from ragtrace.live import RagScoringSpanProcessor
+from ragtrace.live import installed
 
 QUESTIONS = {
     "What is the capital of France?": (
@@ -31,13 +31,6 @@ QUESTIONS = {
         "A spider has eight legs.",
     ),
 }
-
-
-def installed_processor() -> RagScoringSpanProcessor | None:
-    """The processor auto-install put in front of the SDK's exporter (None: ragtrace is not active)."""
-    active = getattr(trace.get_tracer_provider(), "_active_span_processor", None)
-    processors = getattr(active, "_span_processors", ())
-    return next((p for p in processors if isinstance(p, RagScoringSpanProcessor)), None)
 
 
 def answer(question: str) -> str:
@@ -53,7 +46,7 @@ def answer(question: str) -> str:
 
 def main() -> dict[str, Any]:
     answers = {question: answer(question) for question in QUESTIONS}
-    processor = installed_processor()
+    processor = installed()  # None: ragtrace is not active
     provider = trace.get_tracer_provider()
     if hasattr(provider, "force_flush"):
         provider.force_flush(30_000)  # score now, so the decisions below are final

@@ -1,11 +1,15 @@
 """ragtrace: score the retrieval quality of RAG applications on live traffic, inside OpenTelemetry.
 
-    ragtrace.install(tracer_provider, judge="local")        # live, in front of your exporter
-    provider.add_span_processor(ragtrace.scoring_batch_processor(exporter))   # live, behind the batching
+    ragtrace.install(tracer_provider, judge="local")        # live, behind your provider's batching
     ragtrace.evaluate(samples, judge="local")               # offline, on a dataset
     ragtrace.create_context_precision_scorer(model=..., options={"context": [...]}).run(run)
 
-The live and offline entry points are imported on first use, so `import ragtrace` stays light.
+Where you build the pipeline yourself: `scoring_batch_processor(exporter)` (behind the batching), or the
+two faces `RagScoringSpanExporter` (behind) and `RagScoringSpanProcessor` (in front of the exporting
+processor). `RagtraceSettings`, `Sampler` and `Redactor` are what `install(**options)` takes. The scoring
+types live in `ragtrace.scoring`, the judges in `ragtrace.judges`.
+
+Everything is imported on first use, so `import ragtrace` stays light.
 """
 
 from __future__ import annotations
@@ -13,23 +17,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ragtrace.scoring import (
-    ContextPrecision,
-    ContextRecall,
-    ContextRelevance,
-    Document,
-    JudgeUsage,
-    RagSample,
-    ScoreResult,
-)
-
 if TYPE_CHECKING:
-    from ragtrace.judges.llm import LLMJudge
-    from ragtrace.judges.local import LocalJudge
     from ragtrace.live import (
         RagScoringSpanExporter,
         RagScoringSpanProcessor,
-        ScoringBatchSpanProcessor,
+        RagtraceSettings,
+        Redactor,
+        Sampler,
         install,
         scoring_batch_processor,
     )
@@ -45,17 +39,17 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "install": "ragtrace.live",
+    "scoring_batch_processor": "ragtrace.live",
     "RagScoringSpanProcessor": "ragtrace.live",
     "RagScoringSpanExporter": "ragtrace.live",
-    "ScoringBatchSpanProcessor": "ragtrace.live",
-    "scoring_batch_processor": "ragtrace.live",
+    "RagtraceSettings": "ragtrace.live",
+    "Sampler": "ragtrace.live",
+    "Redactor": "ragtrace.live",
     "evaluate": "ragtrace.offline",
     "aevaluate": "ragtrace.offline",
     "create_context_precision_scorer": "ragtrace.offline",
     "create_context_relevance_scorer": "ragtrace.offline",
     "create_context_recall_scorer": "ragtrace.offline",
-    "LLMJudge": "ragtrace.judges.llm",
-    "LocalJudge": "ragtrace.judges.local",
 }
 
 
@@ -67,18 +61,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ContextPrecision",
-    "ContextRecall",
-    "ContextRelevance",
-    "Document",
-    "JudgeUsage",
-    "LLMJudge",
-    "LocalJudge",
-    "RagSample",
     "RagScoringSpanExporter",
     "RagScoringSpanProcessor",
-    "ScoreResult",
-    "ScoringBatchSpanProcessor",
+    "RagtraceSettings",
+    "Redactor",
+    "Sampler",
     "__version__",
     "aevaluate",
     "create_context_precision_scorer",

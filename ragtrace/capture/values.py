@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from opentelemetry.attributes import BoundedAttributes
-
+from ragtrace._sdk import stored_attributes
 from ragtrace.scoring import Document
 
 Attrs = Mapping[str, Any]
@@ -72,11 +71,9 @@ def attrs_of(obj: Any) -> Attrs:
     span's attributes no longer change, and a plain dict answers a missing key without the
     KeyError round trip that `Mapping.get` on the public proxy costs (readers probe many absent keys).
     """
-    stored = getattr(obj, "_attributes", None)
-    if type(stored) is BoundedAttributes:
-        inner = getattr(stored, "_dict", None)
-        if type(inner) is dict:
-            return inner
+    stored = stored_attributes(obj)
+    if stored is not None:
+        return stored
     value = getattr(obj, "attributes", None)
     if type(value) in _FAST_MAPPINGS:  # skip the slower ABC isinstance check for what the SDK returns
         return value  # type: ignore[return-value]

@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
 
     from ragtrace.gateway import Gateway
-    from ragtrace.live.setup import RagtraceSettings
+    from ragtrace.gateway.receivers import ReceiverLimits
+    from ragtrace.gateway.security import ReceiverSecurity
+    from ragtrace.live.settings import RagtraceSettings
+
+logger = logging.getLogger("ragtrace.gateway")
 
 # Command-line flags that are RagtraceSettings fields (flag dest == field name).
 SETTING_FLAGS = (
@@ -37,6 +43,10 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
     _add_listening_options(parser)
     _add_scoring_options(parser)
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument(
+        "--stats-interval", type=float, default=60.0,
+        help="seconds between INFO lines with the received / forwarded / scored counts (default 60)",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -49,6 +59,25 @@ def _add_listening_options(parser: argparse.ArgumentParser) -> None:
         "--http-port", type=int, default=4318, help="OTLP HTTP port, also /healthz (default 4318; -1 disables)"
     )
     net.add_argument("--health-port", type=int, default=None, help="an extra port serving only GET /healthz")
+    limits = parser.add_argument_group("limits per client (a hostile or broken client costs at most these)")
+    limits.add_argument("--max-request-mib", type=float, default=64.0,
+                        help="largest request body, on the wire and decompressed (default 64)")
+    limits.add_argument("--max-connections", type=int, default=256, help="open connections per port (default 256)")
+    limits.add_argument("--max-concurrent-requests", type=int, default=8,
+                        help="requests decoded at once per transport; bounds request memory (default 8)")
+    limits.add_argument("--idle-timeout", type=float, default=60.0, help="seconds before an idle connection closes")
+    limits.add_argument("--read-timeout", type=float, default=10.0,
+                        help="seconds a request may send nothing before it is dropped (default 10)")
+    security = parser.add_argument_group("security (default: plain, unauthenticated, on 127.0.0.1)")
+    security.add_argument("--tls-cert", default=os.environ.get("RAGTRACE_GATEWAY_TLS_CERT") or None,
+                          help="PEM certificate for TLS on both ports (env RAGTRACE_GATEWAY_TLS_CERT)")
+    security.add_argument("--tls-key", default=os.environ.get("RAGTRACE_GATEWAY_TLS_KEY") or None,
+                          help="its PEM private key (env RAGTRACE_GATEWAY_TLS_KEY)")
+    security.add_argument("--auth-token", default=os.environ.get("RAGTRACE_GATEWAY_TOKEN") or None,
+                          help="require `Authorization: Bearer <token>` (env RAGTRACE_GATEWAY_TOKEN; prefer the "
+                          "variable: a flag shows in the process list)")
+    security.add_argument("--auth-header", default=os.environ.get("RAGTRACE_GATEWAY_HEADER") or None,
+                          help="require this header instead, as name=value (env RAGTRACE_GATEWAY_HEADER)")
     out = parser.add_argument_group("forwarding")
     out.add_argument("--exporter-endpoint", default=None, help="next hop (default: OTEL_EXPORTER_OTLP_ENDPOINT)")
     out.add_argument(
@@ -84,13 +113,31 @@ def _port(value: int | None) -> int | None:
 
 def settings_of(args: argparse.Namespace) -> RagtraceSettings:
     """`RAGTRACE_*` settings with the flags given on the command line applied, checked like the variables."""
-    from ragtrace.live.setup import RagtraceSettings
+    from ragtrace.live.settings import RagtraceSettings
 
     settings = RagtraceSettings.from_env()
     overrides = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None}
     if overrides:
-        settings = RagtraceSettings.model_validate({**settings.model_dump(), **overrides})
+        settings = settings.with_overrides(overrides)
     return settings
+
+
+def limits_of(args: argparse.Namespace) -> ReceiverLimits:
+    from ragtrace.gateway.receivers import ReceiverLimits
+
+    return ReceiverLimits(
+        max_request_bytes=int(args.max_request_mib * 1024 * 1024), max_connections=args.max_connections,
+        max_concurrent_requests=args.max_concurrent_requests, idle_timeout=args.idle_timeout,
+        read_timeout=args.read_timeout,
+    )
+
+
+def security_of(args: argparse.Namespace) -> ReceiverSecurity:
+    from ragtrace.gateway.security import ReceiverSecurity
+
+    return ReceiverSecurity.of(
+        tls_cert=args.tls_cert, tls_key=args.tls_key, bearer_token=args.auth_token, header=args.auth_header
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,24 +145,51 @@ def run(args: argparse.Namespace) -> int:
     from ragtrace.gateway import Gateway
     from ragtrace.live.otlp import otlp_meter_provider
 
-    logging.basicConfig(level=str(args.log_level).upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _configure_logging(str(args.log_level).upper())
+    meter_provider = None
     try:
         settings = settings_of(args)
+        limits, security = limits_of(args), security_of(args)
         meter_provider = otlp_meter_provider(args.exporter_endpoint, args.exporter_protocol)
         gateway = Gateway(
             settings, host=args.host, grpc_port=_port(args.grpc_port), http_port=_port(args.http_port),
             health_port=args.health_port, exporter_endpoint=args.exporter_endpoint,
             exporter_protocol=args.exporter_protocol, trace_settle=args.trace_settle, meter_provider=meter_provider,
+            limits=limits, security=security,
         )
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"ragtrace serve: {exc}", file=sys.stderr)
+        if meter_provider is not None:
+            meter_provider.shutdown(timeout_millis=1000)
         return 2
-    _serve_until_signalled(gateway, settings, meter_provider)
+    _serve_until_signalled(gateway, settings, meter_provider, args.stats_interval)
     print(f"ragtrace serve: stopped {gateway.health()}", flush=True)
     return 0
 
 
-def _serve_until_signalled(gateway: Gateway, settings: RagtraceSettings, meter_provider: MeterProvider) -> None:
+def _configure_logging(level: str) -> None:
+    """The gateway's own lines at `level`; the drift scheduler's per-run chatter only at DEBUG."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+
+def _log_counts(gateway: Gateway, last: dict[str, Any]) -> dict[str, Any]:
+    """One INFO line with what the gateway did, when anything changed since `last`."""
+    health = gateway.health()
+    counts = {key: health[key] for key in ("received_spans", "rejected_spans", "forwarded_spans", "decisions")}
+    if counts != last:
+        logger.info(
+            "ragtrace gateway: received %d spans (%d rejected), forwarded %d, held %d; decisions %s",
+            counts["received_spans"], counts["rejected_spans"], counts["forwarded_spans"], health["held_spans"],
+            counts["decisions"] or "{}",
+        )
+    return counts
+
+
+def _serve_until_signalled(
+    gateway: Gateway, settings: RagtraceSettings, meter_provider: MeterProvider, stats_interval: float
+) -> None:
     stop = threading.Event()
 
     def _on_signal(signum: int, frame: object) -> None:
@@ -130,8 +204,12 @@ def _serve_until_signalled(gateway: Gateway, settings: RagtraceSettings, meter_p
             f"health={gateway.health_port or '-'} judge={settings.judge} sample_rate={settings.sample_rate}",
             flush=True,
         )
+        counts: dict[str, Any] = {}
+        next_stats = time.monotonic() + stats_interval
         while not stop.wait(0.5):
-            pass
+            if time.monotonic() >= next_stats:
+                counts = _log_counts(gateway, counts)
+                next_stats = time.monotonic() + stats_interval
         print("ragtrace serve: stopping, flushing held spans", flush=True)
     finally:
         gateway.shutdown()
@@ -140,4 +218,4 @@ def _serve_until_signalled(gateway: Gateway, settings: RagtraceSettings, meter_p
             signal.signal(sig, handler)
 
 
-__all__ = ["SETTING_FLAGS", "add_parser", "run", "settings_of"]
+__all__ = ["SETTING_FLAGS", "add_parser", "limits_of", "run", "security_of", "settings_of"]

@@ -29,7 +29,7 @@ from ragtrace.live.drift import DriftConfig, DriftMetrics, DriftMonitor, DriftSt
 from ragtrace.scoring import SCORERS
 
 if TYPE_CHECKING:
-    from ragtrace.live.processor import WorkerKind
+    from ragtrace.live.options import WorkerKind
 
 SHORT = {"context_precision": "precision", "context_relevance": "relevance", "context_recall": "recall"}
 

@@ -16,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from ragtrace._sdk import set_context
 from ragtrace.offline.replay import spans_of
 
 
@@ -24,10 +25,10 @@ def received_spans(request: ExportTraceServiceRequest) -> Iterator[ReadableSpan]
     for span in spans_of(request):
         ctx = span.context
         if ctx is not None and not ctx.trace_flags.sampled:
-            span._context = SpanContext(
+            set_context(span, SpanContext(
                 ctx.trace_id, ctx.span_id, is_remote=False,
                 trace_flags=TraceFlags(ctx.trace_flags | TraceFlags.SAMPLED), trace_state=ctx.trace_state,
-            )
+            ))
         yield span
 
 

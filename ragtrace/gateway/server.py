@@ -14,25 +14,50 @@ import logging
 import threading
 from typing import Any
 
+from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ragtrace.gateway.convert import received_spans, span_count
-from ragtrace.gateway.next_hop import otlp_exporting
-from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, url_host
+from ragtrace.gateway.next_hop import next_hop_url, otlp_exporting, refuse_self_forwarding
+from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, ReceiverLimits, url_host
+from ragtrace.gateway.security import ReceiverSecurity
 from ragtrace.gateway.settling import RootSettler
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from ragtrace.live.setup import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings
 
 logger = logging.getLogger(__name__)
+
+
+class _CountingForward(SpanProcessor):
+    """The next hop with a count of the spans handed to it (what `/healthz` and the logs call forwarded)."""
+
+    def __init__(self, next_hop: SpanProcessor) -> None:
+        self._next_hop = next_hop
+        self._lock = threading.Lock()
+        self.forwarded = 0
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self._next_hop.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._next_hop.on_end(span)
+        with self._lock:
+            self.forwarded += 1
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._next_hop.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self._next_hop.shutdown()
 
 
 class Gateway:
@@ -43,6 +68,8 @@ class Gateway:
     grpc_port / http_port: 0 picks a free port, None disables that transport. health_port: an extra
     port serving only `GET /healthz` (it is always served on the HTTP port too).
     trace_settle: seconds a root is held so that late children join its trace (0 disables).
+    limits: what a client may cost (body size, timeouts, connections; `ReceiverLimits`).
+    security: TLS and a required header on both transports (`ReceiverSecurity`); none by default.
     processor_options: any further `RagScoringSpanProcessor` argument (e.g. `sampler`, `tick_interval`).
     """
 
@@ -61,6 +88,8 @@ class Gateway:
         trace_settle: float = 1.0,
         max_settling_roots: int = 10_000,
         grpc_workers: int = 8,
+        limits: ReceiverLimits | None = None,
+        security: ReceiverSecurity | None = None,
         meter_provider: MeterProvider | None = None,
         **processor_options: Any,
     ) -> None:
@@ -76,7 +105,9 @@ class Gateway:
             kwargs["metrics"] = settings.build_metrics(meter_provider)
         kwargs.update(processor_options)
         self._sampler: Sampler = kwargs["sampler"]
-        self._exporting = exporting if exporting is not None else otlp_exporting(exporter_endpoint, exporter_protocol)
+        self._exporting = _CountingForward(
+            exporting if exporting is not None else otlp_exporting(exporter_endpoint, exporter_protocol)
+        )
         self.processor = RagScoringSpanProcessor(self._exporting, judge=resolved, **kwargs)
         self._settler = RootSettler(self.processor, self._sampler, trace_settle, max_settling_roots)
         self._lock = threading.Lock()
@@ -86,16 +117,26 @@ class Gateway:
         self._closing = False
         self._stopped = threading.Event()
         self._host = host
+        self._security = security or ReceiverSecurity()
+        self._next_hop = "a caller-supplied span processor"
         self._grpc: GrpcReceiver | None = None
         self._http: HttpReceiver | None = None
         self._health: HttpReceiver | None = None
         try:
             if grpc_port is not None:
-                self._grpc = GrpcReceiver(self, host, grpc_port, grpc_workers)
+                self._grpc = GrpcReceiver(self, host, grpc_port, grpc_workers, limits=limits, security=self._security)
             if http_port is not None:
-                self._http = HttpReceiver(self, host, http_port)
+                self._http = HttpReceiver(self, host, http_port, limits=limits, security=self._security)
             if health_port is not None:
-                self._health = HttpReceiver(self, host, health_port, otlp=False)
+                # Health stays unauthenticated (probes carry no credentials) but speaks TLS like the rest.
+                health_security = ReceiverSecurity(self._security.tls_cert, self._security.tls_key)
+                self._health = HttpReceiver(
+                    self, host, health_port, otlp=False, limits=limits, security=health_security
+                )
+            if exporting is None:
+                ports = [r.port for r in self._receivers()]
+                refuse_self_forwarding(exporter_endpoint, exporter_protocol, host, ports)
+                self._next_hop = next_hop_url(exporter_endpoint, exporter_protocol)
         except BaseException:
             self._close_servers()
             self._settler.close()
@@ -107,7 +148,7 @@ class Gateway:
     def _url(self, port: int | None) -> str:
         if port is None:
             raise RuntimeError("that transport is disabled")
-        return f"http://{url_host(self._host)}:{port}"
+        return f"{self._security.scheme}://{url_host(self._host)}:{port}"
 
     @property
     def grpc_port(self) -> int | None:
@@ -139,7 +180,13 @@ class Gateway:
         """Start serving (returns self, so `with Gateway(...).start() as gw:` works)."""
         for receiver in self._receivers():
             receiver.start()
-        logger.info("ragtrace gateway: OTLP gRPC on %s, HTTP on %s", self.grpc_port or "-", self.http_port or "-")
+        security = self._security
+        logger.info(
+            "ragtrace gateway: listening for OTLP gRPC on %s, HTTP on %s (%s, %s); forwarding to %s",
+            self.grpc_port or "-", self.http_port or "-", "TLS" if security.tls else "plaintext",
+            f"{security.required_header[0]} header required" if security.required_header else "no authentication",
+            self._next_hop,
+        )
         return self
 
     def export(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
@@ -158,7 +205,8 @@ class Gateway:
             return ExportTraceServiceResponse()
         return ExportTraceServiceResponse(
             partial_success=ExportTracePartialSuccess(
-                rejected_spans=total - accepted, error_message="spans without a valid trace id or span id"
+                rejected_spans=total - accepted,
+                error_message="spans without a valid trace, span or parent id (missing, zero or wrong length)",
             )
         )
 
@@ -171,6 +219,7 @@ class Gateway:
             "requests": requests,
             "received_spans": received,
             "rejected_spans": rejected,
+            "forwarded_spans": self._exporting.forwarded,
             "settling_roots": self._settler.waiting,
             "held_spans": self.processor.held_spans,
             "open_traces": self.processor.open_traces,

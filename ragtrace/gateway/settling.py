@@ -14,7 +14,7 @@ from collections import deque
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from ragtrace.live.fields import is_local_root
+from ragtrace._sdk import is_local_root
 from ragtrace.live.sampling import Sampler
 
 

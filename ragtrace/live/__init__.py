@@ -1,15 +1,19 @@
-"""Live scoring inside OpenTelemetry: the span processor or exporter, worker, sampling, metrics, redaction, setup."""
+"""Live scoring inside OpenTelemetry: `install()` or the two faces (a span processor in front of the
+exporting processor, a span exporter behind the batching), over one pipeline (`core.LiveScoring`)."""
 
 from ragtrace.live.drift import DriftConfig, DriftDetector, DriftMetrics, DriftMonitor
 from ragtrace.live.enrich import Evaluation
-from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
+from ragtrace.live.exporter import BatchedScoring, RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.options import ScoringOptions
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler, SamplingRule
-from ragtrace.live.setup import RagtraceSettings, auto_install, install, scoring_batch_processor
+from ragtrace.live.settings import RagtraceSettings
+from ragtrace.live.setup import auto_install, install, installed, scoring_batch_processor
 
 __all__ = [
+    "BatchedScoring",
     "DriftConfig",
     "DriftDetector",
     "DriftMetrics",
@@ -23,7 +27,9 @@ __all__ = [
     "Sampler",
     "SamplingRule",
     "ScoringBatchSpanProcessor",
+    "ScoringOptions",
     "auto_install",
     "install",
+    "installed",
     "scoring_batch_processor",
 ]

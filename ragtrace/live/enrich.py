@@ -7,6 +7,7 @@ wrapped exporting processor encodes like any other.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,9 +22,12 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind
 from opentelemetry.util.types import AttributeValue
 
+from ragtrace._sdk import copy_span, dropped_counts
 from ragtrace.capture.values import attrs_of
-from ragtrace.live.fields import SDK_SPAN
-from ragtrace.scoring import JudgeUsage, ScoreResult
+from ragtrace.scoring import JUDGE_TIMEOUT, JudgeUsage, ScoreResult
+from ragtrace.scoring import timed_out as timed_out_result
+
+logger = logging.getLogger(__name__)
 
 EvalStatus = Literal["scored", "partial", "skipped", "error", "timeout"]
 EVENT_NAME = "gen_ai.evaluation.result"
@@ -50,14 +54,29 @@ class Evaluation:
         if errors:
             if scored:
                 return "partial"
-            return "timeout" if all(e == "judge_timeout" for e in errors) else "error"
+            return "timeout" if all(e == JUDGE_TIMEOUT for e in errors) else "error"
         return "scored" if scored else "skipped"
 
     @property
     def error(self) -> str | None:
         if self.timed_out:
-            return "judge_timeout"
+            return JUDGE_TIMEOUT
         return next((r.error for r in self.results if r.error is not None), None)
+
+
+# What one span gets written: attributes and events, by span id.
+Writes = dict[int, tuple[dict[str, AttributeValue], list[Event]]]
+
+
+def timed_out(names: Sequence[str], model: str, prompt_version: str) -> Evaluation:
+    """The evaluation of a sample whose scores did not arrive before its trace was released."""
+    return Evaluation(
+        results=tuple(timed_out_result(n) for n in names),
+        usage=JudgeUsage(),
+        timed_out=True,
+        model=model,
+        prompt_version=prompt_version,
+    )
 
 
 def _cap(text: str, limit: int) -> str:
@@ -121,10 +140,21 @@ def evaluation_writes(
     return attrs, events
 
 
-def _dropped(container: object) -> int:
-    """What a span's BoundedAttributes or BoundedList dropped (0 for a plain container)."""
-    dropped = getattr(container, "dropped", 0)
-    return dropped if isinstance(dropped, int) else 0
+def writes_for(evaluations_by_span: Mapping[int, Sequence[Evaluation]], reason_max_chars: int) -> Writes:
+    """The attributes and events each evaluated span gets; a span whose writes fail goes out unscored."""
+    writes: Writes = {}
+    for span_id, evaluations in evaluations_by_span.items():
+        try:
+            attrs: dict[str, AttributeValue] = {}
+            events: list[Event] = []
+            for evaluation in evaluations:
+                more_attrs, more_events = evaluation_writes(evaluation, reason_max_chars)
+                attrs.update(more_attrs)
+                events.extend(more_events)
+            writes[span_id] = (attrs, events)
+        except Exception:
+            logger.exception("ragtrace: writing an evaluation failed; its span is forwarded unscored")
+    return writes
 
 
 def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events: Sequence[Event]) -> ReadableSpan:
@@ -133,15 +163,7 @@ def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events:
     The added attributes are not subject to the span's attribute limit (the scores are the point), and
     the original dropped counts are carried over so exporters still report them.
     """
-    sdk = type(span) is SDK_SPAN  # its fields, not its properties (a Python call each)
-    if sdk:
-        old_events, links = span._events, span._links
-        dropped_attributes, dropped_events = _dropped(span._attributes), _dropped(old_events)
-        dropped_links = _dropped(links)
-    else:
-        old_events, links = span.events, span.links
-        dropped_attributes, dropped_events = span.dropped_attributes, span.dropped_events
-        dropped_links = span.dropped_links
+    old_events, links, dropped_attributes, dropped_events, dropped_links = dropped_counts(span)
     merged: Mapping[str, AttributeValue] = {**attrs_of(span), **attributes}
     all_events: Sequence[Event] = (*old_events, *events)
     # Bounded containers only where they carry a dropped count the exporter must still report.
@@ -159,25 +181,7 @@ def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events:
         bounded_links.extend(links)
         bounded_links.dropped = dropped_links
         links = bounded_links
-    if sdk:  # a copy of its fields: the constructor would read a dozen properties
-        copy = object.__new__(ReadableSpan)
-        copy.__dict__.update(vars(span))
-        copy._attributes, copy._events, copy._links = merged, all_events, links
-        return copy
-    return ReadableSpan(
-        name=span.name,
-        context=span.context,
-        parent=span.parent,
-        resource=span.resource,
-        attributes=merged,
-        events=all_events,
-        links=links,
-        kind=span.kind,
-        status=span.status,
-        start_time=span.start_time,
-        end_time=span.end_time,
-        instrumentation_scope=span.instrumentation_scope,
-    )
+    return copy_span(span, merged, all_events, links)
 
 
 def evaluation_span(

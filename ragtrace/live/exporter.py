@@ -2,8 +2,8 @@
 
 `RagScoringSpanProcessor` sits in front of the exporting processor, so it looks at every span on the
 app's thread as the span ends: 14-18 µs a 5-span trace in a running app, 5-7 % of a small traced request
-(bench/overhead.py).
-`RagScoringSpanExporter` puts the same scoring between a `BatchSpanProcessor` and its exporter instead.
+(bench/overhead.py). `RagScoringSpanExporter` puts the same scoring (`LiveScoring`) between a
+`BatchSpanProcessor` and its exporter instead.
 The app's thread then runs the SDK's own `on_end` and nothing else; ragtrace sees the spans a batch at a
 time on the batching thread. Spans of sampled traces are held, scored, and exported later with the
 batching thread's next batch or at the worker's next tick; every other span goes on in the batch it
@@ -35,9 +35,11 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from ragtrace._sdk import set_batch_exporter
 from ragtrace._untraced import suppress_tracing
 from ragtrace.judges.base import Judge
-from ragtrace.live.processor import RagScoringSpanProcessor
+from ragtrace.live.core import LiveScoring, ScoringFace
+from ragtrace.live.options import ScoringOptions
 
 logger = logging.getLogger(__name__)
 
@@ -47,11 +49,11 @@ logger = logging.getLogger(__name__)
 MAX_EXPORT_BATCH = 512
 
 
-class _ExportingTo(SpanProcessor):
-    """The scoring processor's way out to the wrapped exporter.
+class BatchOutlet:
+    """The sink of the exporter face: the wrapped exporter.
 
-    The spans the worker releases are gathered, not exported one trace at a time: they go out with the
-    batching thread's next batch, or at the worker's next tick, whichever comes first, in calls of at
+    The spans the pipeline releases are gathered, not exported one trace at a time: they go out with the
+    batching thread's next batch, or at the end of the worker's tick, whichever comes first, in calls of at
     most MAX_EXPORT_BATCH spans. One export call at a time (the batching thread and the worker both
     export), with instrumentation suppressed, as the SDK does around its own exports."""
 
@@ -60,7 +62,7 @@ class _ExportingTo(SpanProcessor):
         self._exporting = threading.Lock()
         self._gathered: list[ReadableSpan] = []
         self._gathering = threading.Lock()
-        if hasattr(os, "register_at_fork"):  # a forked child starts afresh, like the processor
+        if hasattr(os, "register_at_fork"):  # a forked child starts afresh, like the pipeline
             after_fork = weakref.WeakMethod(self._after_fork_in_child)
             os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
 
@@ -69,12 +71,12 @@ class _ExportingTo(SpanProcessor):
         self._gathered = []
         self._gathering, self._exporting = threading.Lock(), threading.Lock()
 
-    def on_end(self, span: ReadableSpan) -> None:
-        self.gather((span,))
-
-    def gather(self, spans: Iterable[ReadableSpan]) -> None:
+    def emit(self, spans: Iterable[ReadableSpan]) -> None:
         with self._gathering:
             self._gathered.extend(spans)
+
+    def emitted(self) -> None:
+        self.export()
 
     def export(self, spans: Sequence[ReadableSpan] = ()) -> SpanExportResult:
         """Export `spans` and everything gathered; never raises (a failure is logged and returned)."""
@@ -100,7 +102,7 @@ class _ExportingTo(SpanProcessor):
             otel_context.detach(token)  # type: ignore[arg-type]
         return result
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
+    def flush(self, timeout_millis: int = 30000) -> bool:
         exported = self.export() is SpanExportResult.SUCCESS
         flushed = self.exporter.force_flush(timeout_millis)
         # SpanExporter.force_flush is a stub returning None: an exporter without one has nothing to flush
@@ -111,55 +113,70 @@ class _ExportingTo(SpanProcessor):
         self.exporter.shutdown()
 
 
-class _ScoringBehindBatching(RagScoringSpanProcessor):
-    """The processor, gathering what it releases for the next export rather than exporting each trace."""
-
-    _exporting: _ExportingTo
-
-    def _forward_all(self, spans: Iterable[ReadableSpan]) -> None:
-        self._exporting.gather(spans)
-
-    def _tick(self, *, everything: bool = False) -> bool:
-        busy = super()._tick(everything=everything)
-        self._exporting.export()
-        return busy
-
-
-class RagScoringSpanExporter(SpanExporter):
+class RagScoringSpanExporter(ScoringFace, SpanExporter):
     """Scores RAG traces on their way from a `BatchSpanProcessor` to `exporter`; exports every span once.
 
-    `judge` and `options` are those of `RagScoringSpanProcessor` (sampler, mode, worker, limits, ...).
-    `processor` is the scoring processor inside, for its counts (`decisions`, `held_spans`, ...).
+    `judge` and `options` are the `ScoringOptions` (scorers, sampler, mode, target, limits, worker, ...).
     """
 
     def __init__(self, exporter: SpanExporter, *, judge: Judge, **options: Any) -> None:
-        self._out = _ExportingTo(exporter)
-        self.processor: RagScoringSpanProcessor = _ScoringBehindBatching(self._out, judge=judge, **options)
+        self.outlet = BatchOutlet(exporter)
+        self.scoring = LiveScoring(ScoringOptions(judge=judge, **options), self.outlet)
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self._out.export(self.processor._admit(spans))
+        return self.outlet.export(self.scoring.admission.admit(spans))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Score what can be scored within the timeout, export everything held, flush the exporter."""
-        return self.processor.force_flush(timeout_millis)
+        return self.scoring.flush(timeout_millis)
 
     def shutdown(self) -> None:
         """Score what can be scored within `score_deadline`, export everything held, shut the exporter down."""
-        self.processor.shutdown()
+        self.scoring.shutdown()
 
 
-class ScoringBatchSpanProcessor(BatchSpanProcessor):
+class BatchedScoring(ScoringFace, SpanProcessor):
+    """What `install()` puts in the provider's place of a BatchSpanProcessor it scores behind.
+
+    Its per-span hooks are the batching processor's own bound methods, so the app's thread makes exactly
+    the calls it made before. A flush flushes the batching, then waits for the scoring within the same
+    timeout (the SDK's own never flushes its exporter); shutdown shuts the batching down, which shuts the
+    scoring exporter down after its last batch."""
+
+    def __init__(self, batching: BatchSpanProcessor, exporter: RagScoringSpanExporter) -> None:
+        self.batching, self.exporter, self.scoring = batching, exporter, exporter.scoring
+        self.on_start = batching.on_start  # type: ignore[method-assign]
+        self._on_ending = batching._on_ending  # type: ignore[method-assign]
+        self.on_end = batching.on_end  # type: ignore[method-assign]
+
+    @classmethod
+    def behind(cls, batching: BatchSpanProcessor, exporter: RagScoringSpanExporter) -> BatchedScoring:
+        """Make `batching` export through `exporter` (which wraps its own exporter) from its next batch on."""
+        set_batch_exporter(batching, exporter)
+        return cls(batching, exporter)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return _flush_then_score(self.batching, self.exporter, timeout_millis)
+
+    def shutdown(self) -> None:
+        self.batching.shutdown()  # type: ignore[no-untyped-call]
+
+
+def _flush_then_score(batching: BatchSpanProcessor, scoring: RagScoringSpanExporter, timeout_millis: int) -> bool:
+    deadline = time.monotonic() + timeout_millis / 1000
+    batched = BatchSpanProcessor.force_flush(batching, timeout_millis)
+    remaining = max(int((deadline - time.monotonic()) * 1000), 0)
+    return scoring.force_flush(remaining) and batched
+
+
+class ScoringBatchSpanProcessor(ScoringFace, BatchSpanProcessor):
     """The SDK's `BatchSpanProcessor` in front of a `RagScoringSpanExporter`: `force_flush` exports the
     batches, then waits for their scoring within the same timeout (the SDK's own never flushes its
     exporter). Takes the `BatchSpanProcessor` arguments."""
 
     def __init__(self, span_exporter: RagScoringSpanExporter, *args: Any, **kwargs: Any) -> None:
         super().__init__(span_exporter, *args, **kwargs)
-        self._scoring = span_exporter
+        self.exporter, self.scoring = span_exporter, span_exporter.scoring
 
     def force_flush(self, timeout_millis: int | None = None) -> bool:
-        timeout = 30000 if timeout_millis is None else timeout_millis
-        deadline = time.monotonic() + timeout / 1000
-        batched = super().force_flush(timeout)
-        remaining = max(int((deadline - time.monotonic()) * 1000), 0)
-        return self._scoring.force_flush(remaining) and batched
+        return _flush_then_score(self, self.exporter, 30000 if timeout_millis is None else timeout_millis)

@@ -3,7 +3,8 @@
 Fails closed: if anything goes wrong, the text becomes `[REDACTION_FAILED]`; raw text is never passed on,
 and never logged. The built-ins aim at precision over recall (a judge fed `[PHONE]` for every number in a
 price table judges badly), so each pattern is narrow and the noisy ones are validated (Luhn for cards,
-number shape for phones). They are a safety net, not a compliance guarantee: a deployment with strict
+number shape for phones, mod-97 for IBANs, issuing rules for SSNs, character mix for bare AWS secrets).
+They are a safety net, not a compliance guarantee: a deployment with strict
 rules brings its own hook.
 """
 
@@ -24,9 +25,11 @@ __all__ = [
     "CARD",
     "EMAIL",
     "FAILED",
+    "IBAN",
     "PHONE",
     "REDACTED",
     "SECRET",
+    "SSN",
     "Redactor",
 ]
 
@@ -35,6 +38,8 @@ _logger = logging.getLogger(__name__)
 EMAIL = "[EMAIL]"
 PHONE = "[PHONE]"
 CARD = "[CARD]"
+SSN = "[SSN]"
+IBAN = "[IBAN]"
 SECRET = "[SECRET]"
 REDACTED = "[REDACTED]"  # what a user-supplied pattern's match becomes
 FAILED = "[REDACTION_FAILED]"
@@ -84,6 +89,27 @@ _ASSIGNED = re.compile(
     r")([\"']?[ \t]*[=:][ \t]*[\"']?)([^\s\"'&,;<>\[\]]+)"
 )
 _PASSWORD_NAMES = frozenset({"password", "passwd", "pwd"})
+# Named as an AWS secret, the value is one whatever it looks like.
+_AWS_ASSIGNED = re.compile(
+    r"(?i)\b((?:aws_)?secret_access_key|aws_secret_key|aws_secret)([\"']?[ \t]*[=:][ \t]*[\"']?)([^\s\"'&,;<>\[\]]+)"
+)
+# An AWS secret access key on its own: 40 characters of base64's alphabet.
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=_-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")
+
+
+_LOWER_RUN = re.compile(r"[a-z]+")
+
+
+def _replace_aws_secret(match: re.Match[str]) -> str:
+    """A random mix, not a hex digest (one case), a path (no capitals) or a camelCase name (its lowercase
+    runs are words: random base64 averages under 2 letters a run, 3 at the 99th percentile)."""
+    value = match.group(0)
+    upper = sum(c.isupper() for c in value)
+    other = sum(c.isdigit() or c in "/+" for c in value)
+    runs = [len(run) for run in _LOWER_RUN.findall(value)]
+    if upper < 4 or other < 1 or sum(runs) < 4 or sum(runs) / len(runs) > 3.0:
+        return value
+    return SECRET if _entropy(value) >= 4.2 else value
 
 
 def _entropy(value: str) -> float:
@@ -137,6 +163,31 @@ def _replace_card(match: re.Match[str]) -> str:
     return match.group(0)
 
 
+# US social security number, with dashes or spaces (nine bare digits are too often something else).
+_SSN = re.compile(r"(?<![\w./-])(\d{3})([- ])(\d{2})\2(\d{4})(?![\w]|[./-]\d)")
+
+
+def _replace_ssn(match: re.Match[str]) -> str:
+    """Issuing rules: no area 000, 666 or 9xx, no group 00, no serial 0000."""
+    area, group, serial = match.group(1), match.group(3), match.group(4)
+    if area in ("000", "666") or area[0] == "9" or group == "00" or serial == "0000":
+        return match.group(0)
+    return SSN
+
+
+_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
+
+
+def _replace_iban(match: re.Match[str]) -> str:
+    """15 to 34 characters whose mod-97 check (ISO 13616) holds."""
+    compact = match.group(0).replace(" ", "")
+    if not 15 <= len(compact) <= 34:
+        return match.group(0)
+    rearranged = compact[4:] + compact[:4]
+    number = "".join(str(int(c, 36)) for c in rearranged)
+    return IBAN if int(number) % 97 == 1 else match.group(0)
+
+
 _PHONE = re.compile(
     r"(?<![\w+./-])"
     r"(\+\d{1,3}[ .-]?)?"  # country code
@@ -160,19 +211,46 @@ def _replace_phone(match: re.Match[str]) -> str:
         return text  # an IPv4 address
     if lengths == [3, 3, 4] or (lengths == [1, 3, 3, 4] and groups[0] == "1"):
         return PHONE  # North American 555-123-4567, 1-800-555-1234
+    if lengths == [10]:
+        return _bare_ten_digits(match)
     if len(groups) >= 2 and groups[0].startswith("0") and min(lengths) >= 2 and 10 <= n <= 12:
         return PHONE  # national trunk prefix: 020 7946 0958, 06 12 34 56 78
     return text
+
+
+_PHONE_WORDS = re.compile(r"(?i)\b(?:phone|tel|telephone|call|mobile|cell|fax|sms|text|whatsapp|contact)\b")
+_ID_WORDS = re.compile(
+    r"(?i)(?:\b(?:order|invoice|id|ref|reference|ticket|case|sku|tracking|account|acct|serial|isbn|no)\b|#)"
+    r"[\s:.#-]*$"
+)
+
+
+def _bare_ten_digits(match: re.Match[str]) -> str:
+    """A North American number written without separators (2125551234), unless the words before it say
+    it is an order, invoice or other id, or it is an amount."""
+    digits = match.group(0)
+    if digits[0] in "01" or digits[3] in "01":  # area code and exchange start with 2-9
+        return digits
+    before = match.string[max(0, match.start() - 40) : match.start()]
+    if before[-1:] in ("$", "€", "£", "¥"):
+        return digits
+    if _ID_WORDS.search(before) and not _PHONE_WORDS.search(before[-20:]):
+        return digits
+    return PHONE
 
 
 _BUILTIN_RULES: tuple[_Rule, ...] = (
     _Rule("private_key", _PRIVATE_KEY, _const(SECRET)),
     _Rule("jwt", _JWT, _const(SECRET)),
     _Rule("vendor_token", _VENDOR_TOKEN, _const(SECRET)),
+    _Rule("aws_secret_assigned", _AWS_ASSIGNED, lambda m: f"{m.group(1)}{m.group(2)}{SECRET}"),
+    _Rule("aws_secret", _AWS_SECRET, _replace_aws_secret),
     _Rule("bearer", _BEARER, lambda m: f"{m.group(1)} {SECRET}"),
     _Rule("assigned_secret", _ASSIGNED, _replace_assigned),
     _Rule("email", _EMAIL, _const(EMAIL)),
     _Rule("card", _CARD, _replace_card),
+    _Rule("ssn", _SSN, _replace_ssn),
+    _Rule("iban", _IBAN, _replace_iban),
     _Rule("phone", _PHONE, _replace_phone),
 )
 

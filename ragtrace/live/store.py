@@ -60,10 +60,15 @@ class SpanStore:
     """Held spans (`held` counts them all), open traces, pending traces and recently closed trace ids."""
 
     def __init__(self, *, max_held_spans: int, max_open_traces: int) -> None:
-        self.lock = threading.Lock()
-        self._drained = threading.Condition(self.lock)  # notified when the last pending trace leaves
         self.max_held_spans = max_held_spans
         self.max_open_traces = max_open_traces
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty, with a fresh lock: a forked child starts so (a lock another thread held at the fork
+        stays held in the child, and the parent releases what it held)."""
+        self.lock = threading.Lock()
+        self._drained = threading.Condition(self.lock)  # notified when the last pending trace leaves
         self.held = 0
         self.closed = False
         self._open: dict[int, OpenTrace] = {}

@@ -21,7 +21,7 @@ from ragtrace._untraced import suppress_tracing
 from ragtrace.judges.base import Judge
 from ragtrace.judges.run import judge_and_score
 from ragtrace.live.enrich import Evaluation
-from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult
+from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult, timed_out
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def _timed_out(job: ScoreJob) -> tuple[ScoreResult, ...]:
     for scorer in job.scorers:
         reason = scorer.skip_reason(job.sample)
         results.append(
-            scorer.skipped(reason) if reason else scorer.failed("judge_timeout", "no score before the deadline")
+            scorer.skipped(reason) if reason else timed_out(scorer.name)
         )
     return tuple(results)
 
@@ -77,6 +77,7 @@ class ScoringWorker:
         self._on_tick = on_tick
         self._tick_interval = tick_interval
         self._next_tick = tick_interval
+        self.ticks = 0  # ticks run so far
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
@@ -135,6 +136,7 @@ class ScoringWorker:
     def _tick(self) -> None:
         """Run `on_tick` (which says whether anything is still in progress) and schedule the next."""
         busy = True
+        self.ticks += 1
         if self._on_tick is not None:
             try:
                 busy = self._on_tick()

@@ -94,8 +94,13 @@ def attributes(values: Sequence[KeyValue]) -> dict[str, Any]:
     return {kv.key: any_value(kv.value) for kv in values}
 
 
-def _int_id(raw: bytes) -> int | None:
-    return int.from_bytes(raw, "big") if raw and any(raw) else None
+_TRACE_ID_BYTES, _SPAN_ID_BYTES = 16, 8
+
+
+def _int_id(raw: bytes, size: int) -> int | None:
+    """The id as an int; None when it is empty, all zero or not `size` bytes long (no SDK can export it:
+    the encoder writes ids as fixed-width integers, and a longer one fails the whole export batch)."""
+    return int.from_bytes(raw, "big") if len(raw) == size and any(raw) else None
 
 
 def _status(code: int, message: str) -> Status:
@@ -105,7 +110,11 @@ def _status(code: int, message: str) -> Status:
 
 
 def spans_of(request: ExportTraceServiceRequest) -> Iterator[ReadableSpan]:
-    """Every span of a request as an SDK ReadableSpan (attributes, events, links, parent, times, resource)."""
+    """Every span of a request as an SDK ReadableSpan (attributes, events, links, parent, times, resource).
+
+    Spans whose trace, span or parent id is not an id (missing, all zero, of another length) are left out,
+    as are links with such ids: the caller counts what is missing (the gateway's partial success).
+    """
     for resource_spans in request.resource_spans:
         resource = Resource(attributes(resource_spans.resource.attributes), resource_spans.schema_url)
         for scope_spans in resource_spans.scope_spans:
@@ -114,19 +123,21 @@ def spans_of(request: ExportTraceServiceRequest) -> Iterator[ReadableSpan]:
                 attributes(scope_spans.scope.attributes) or None,
             )
             for span in scope_spans.spans:
-                trace_id, span_id = _int_id(span.trace_id), _int_id(span.span_id)
-                if trace_id is None or span_id is None:
-                    continue
+                trace_id, span_id = _int_id(span.trace_id, _TRACE_ID_BYTES), _int_id(span.span_id, _SPAN_ID_BYTES)
+                parent_id = _int_id(span.parent_span_id, _SPAN_ID_BYTES)
+                broken_parent = parent_id is None and len(span.parent_span_id) not in (0, _SPAN_ID_BYTES)
+                if trace_id is None or span_id is None or broken_parent:
+                    continue  # a parent id of another length is as broken as the span's own: no guessing a root
                 flags = TraceFlags(span.flags & 0xFF)
                 state = TraceState.from_header([span.trace_state]) if span.trace_state else None
                 context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags, trace_state=state)
-                parent_id = _int_id(span.parent_span_id)
                 remote = bool(span.flags & _REMOTE_KNOWN and span.flags & _REMOTE)
                 parent = SpanContext(trace_id, parent_id, is_remote=remote) if parent_id is not None else None
                 links = [
                     Link(SpanContext(t, s, is_remote=True), attributes(link.attributes))
                     for link in span.links
-                    if (t := _int_id(link.trace_id)) is not None and (s := _int_id(link.span_id)) is not None
+                    if (t := _int_id(link.trace_id, _TRACE_ID_BYTES)) is not None
+                    and (s := _int_id(link.span_id, _SPAN_ID_BYTES)) is not None
                 ]
                 yield ReadableSpan(
                     name=span.name,
@@ -149,34 +160,51 @@ def spans_of(request: ExportTraceServiceRequest) -> Iterator[ReadableSpan]:
 # ---------------------------------------------------------------- reading files
 
 
-def _hex_to_base64(value: Any, hex_length: int) -> Any:
-    if isinstance(value, str) and len(value) == hex_length:
+_ID_BYTES = {
+    "traceId": 16, "trace_id": 16, "spanId": 8, "span_id": 8, "parentSpanId": 8, "parent_span_id": 8,
+}
+
+
+def _id_as_base64(value: Any, size: int) -> str | None:
+    """A JSON id as protobuf's JSON mapping wants it (base64), or None when it is not an id of `size` bytes.
+
+    OTLP/JSON writes ids as hex, protobuf's own mapping as base64; anything else (another length, not hex,
+    not a string) is not an id.
+    """
+    if not isinstance(value, str):
+        return None
+    if value == "":
+        return value
+    if len(value) == 2 * size:
         try:
             return base64.b64encode(bytes.fromhex(value)).decode()
         except ValueError:
-            return value
-    return value
+            pass
+    try:
+        decoded = base64.b64decode(value, validate=True)
+    except ValueError:
+        return None
+    return value if len(decoded) == size else None
+
+
+def _as_list(value: Any) -> list[Any]:
+    """The dicts of a JSON array; a value of another type is left for the protobuf parser to reject."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def _normalise_ids(document: Any) -> Any:
-    """OTLP/JSON writes ids as hex; protobuf's JSON mapping wants base64. The lengths tell them apart."""
+    """Ids as protobuf's JSON mapping wants them (base64). A span with an id that is no id of the right
+    length gets an empty trace id, so that it is rejected as a span without ids while the rest of the
+    request stands; a link with one is dropped, as spans_of drops links without ids."""
     if not isinstance(document, dict):
         return document
-    for resource_spans in document.get("resourceSpans", document.get("resource_spans", [])) or []:
-        if not isinstance(resource_spans, dict):
-            continue
-        for scope_spans in resource_spans.get("scopeSpans", resource_spans.get("scope_spans", [])) or []:
-            if not isinstance(scope_spans, dict):
-                continue
-            for span in scope_spans.get("spans", []) or []:
-                if not isinstance(span, dict):
-                    continue
-                items = [span, *[link for link in span.get("links", []) or [] if isinstance(link, dict)]]
-                for item in items:
-                    for key, length in (("traceId", 32), ("trace_id", 32), ("spanId", 16), ("span_id", 16),
-                                        ("parentSpanId", 16), ("parent_span_id", 16)):
-                        if key in item:
-                            item[key] = _hex_to_base64(item[key], length)
+    for resource_spans in _as_list(document.get("resourceSpans", document.get("resource_spans"))):
+        for scope_spans in _as_list(resource_spans.get("scopeSpans", resource_spans.get("scope_spans"))):
+            for span in _as_list(scope_spans.get("spans")):
+                if isinstance(span.get("links"), list):
+                    span["links"] = [link for link in _as_list(span["links"]) if _normalise_item(link)]
+                if not _normalise_item(span):
+                    span["traceId" if "traceId" in span else "trace_id"] = ""
     return document
 
 
@@ -207,13 +235,32 @@ def _not_otlp_traces(document: Any) -> str | None:
     return found
 
 
+def _normalise_item(item: dict[str, Any]) -> bool:
+    """Rewrite the ids of a span or link in place; False when one of them is not a valid id."""
+    valid = True
+    for key, size in _ID_BYTES.items():
+        if key in item:
+            converted = _id_as_base64(item[key], size)
+            if converted is None:
+                valid = False
+                item.pop(key)
+            else:
+                item[key] = converted
+    return valid
+
+
 def parse_json_line(text: str) -> ExportTraceServiceRequest:
-    document = json.loads(text)
-    problem = _not_otlp_traces(document)
-    if problem is not None:
-        raise _NotOtlpTraces(problem)
+    """One OTLP/JSON request; ValueError (json's or ours) or protobuf's ParseError when it is not one, and
+    `_NotOtlpTraces` (a ValueError) naming what the line holds when it is JSON of another kind."""
     request = ExportTraceServiceRequest()
-    json_format.ParseDict(_normalise_ids(document), request, ignore_unknown_fields=True)
+    try:
+        document = json.loads(text)
+        problem = _not_otlp_traces(document)
+        if problem is not None:
+            raise _NotOtlpTraces(problem)
+        json_format.ParseDict(_normalise_ids(document), request, ignore_unknown_fields=True)
+    except RecursionError:
+        raise ValueError("the JSON document is nested too deeply") from None
     return request
 
 

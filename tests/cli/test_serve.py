@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
+import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ragtrace.cli import build_parser
 from ragtrace.cli.serve import settings_of
 from tests.gateway.test_gateway import app_provider, health
+from tests.gateway.test_security import self_signed
 from tests.live.fakes import plain_trace, rag_trace
 from tests.servers.otlp import OtlpReceiver
 
@@ -81,3 +89,124 @@ def test_serve_subprocess_flushes_on_sigterm(otlp_receiver: OtlpReceiver) -> Non
     decisions = otlp_receiver.wait_for_metric("ragtrace.evaluation.decisions", timeout=5)
     assert any(p.attributes.get("decision") == "scored" for p in decisions.data_points)
     assert otlp_receiver.wait_for_metric("ragtrace.evaluation.score", timeout=5).data_points
+
+
+# ------------------------------------------------------------------ no loop, no collision, useful logs
+
+
+def serve_command(*argv: str) -> list[str]:
+    return [sys.executable, "-m", "ragtrace", "serve", "--judge", "local", *argv]
+
+
+def free_port() -> int:
+    """A port free a moment ago (for the self-forwarding test, which needs the port before serving)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("hop_host", ["localhost", "127.0.0.1", "0.0.0.0"])
+def test_serve_refuses_to_forward_to_itself(hop_host: str) -> None:
+    port = free_port()
+    result = subprocess.run(
+        serve_command("--grpc-port", str(port), "--http-port", "-1", "--exporter-endpoint", f"http://{hop_host}:{port}"),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "own listening address" in result.stderr and str(port) in result.stderr
+    assert "listening" not in result.stdout
+
+
+def test_serve_refuses_a_grpc_port_another_grpc_server_holds(otlp_receiver: OtlpReceiver) -> None:
+    """The receiver is a gRPC server (SO_REUSEPORT on, as gRPC sets it): binding its port must still fail."""
+    port = otlp_receiver.grpc_endpoint.rsplit(":", 1)[1]
+    result = subprocess.run(
+        serve_command("--grpc-port", port, "--http-port", "-1", "--exporter-endpoint", otlp_receiver.http_endpoint),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"port {port} is already in use" in result.stderr and "gRPC" in result.stderr
+
+
+def test_serve_refuses_a_taken_http_port(otlp_receiver: OtlpReceiver) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = subprocess.run(
+            serve_command("--grpc-port", "-1", "--http-port", port, "--exporter-endpoint", otlp_receiver.grpc_endpoint),
+            capture_output=True, text=True, timeout=60,
+        )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"port {port} is already in use" in result.stderr and "HTTP" in result.stderr
+
+
+@contextlib.contextmanager
+def serving(command: list[str], env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
+    """`ragtrace serve` running, with its bound ports from the listening line; killed if still running."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("ragtrace serve: listening"), line + (process.stderr.read() if process.stderr else "")
+        yield process, dict(part.split("=", 1) for part in line.split()[3:6])
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def stopped(process: subprocess.Popen[str]) -> str:
+    """SIGTERM, then the exit code must be 0; returns what the gateway wrote to stderr."""
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return err
+
+
+def test_serve_logs_what_matters_at_info(otlp_receiver: OtlpReceiver) -> None:
+    """INFO: listening, next hop, the counts; the drift scheduler's per-run lines stay out."""
+    env = {**os.environ, "RAGTRACE_SAMPLE_RATE": "1.0", "RAGTRACE_DRIFT_INTERVAL": "0.2"}
+    command = serve_command(
+        "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
+        "--trace-settle", "0", "--stats-interval", "0.2", "--log-level", "INFO",
+    )
+    with serving(command, env) as (process, ports):
+        provider = app_provider(GrpcSpanExporter(endpoint=f"http://127.0.0.1:{ports['grpc']}", insecure=True))
+        ids = plain_trace(provider.get_tracer("app"), 3)
+        assert provider.force_flush(5000)
+        provider.shutdown()
+        otlp_receiver.wait_for_spans(len(ids), timeout=10)
+        time.sleep(1.0)  # several stats intervals and drift runs
+        err = stopped(process)
+    assert f"forwarding to {otlp_receiver.grpc_endpoint}" in err
+    assert "listening for OTLP gRPC on" in err
+    assert f"received {len(ids)} spans (0 rejected), forwarded {len(ids)}" in err
+    assert "apscheduler" not in err, err
+
+
+def test_serve_with_tls_and_a_token_from_the_environment(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    env = {**os.environ, "RAGTRACE_GATEWAY_TOKEN": "tok-from-env"}
+    command = serve_command(
+        "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
+        "--trace-settle", "0", "--tls-cert", str(cert), "--tls-key", str(key), "--log-level", "INFO",
+    )
+    with serving(command, env) as (process, ports):
+        credentials = grpc.ssl_channel_credentials(cert.read_bytes())
+        endpoint = f"https://127.0.0.1:{ports['grpc']}"
+        token = {"authorization": "Bearer tok-from-env"}
+        provider = app_provider(GrpcSpanExporter(endpoint=endpoint, credentials=credentials, headers=token))
+        ids = plain_trace(provider.get_tracer("app"), 2)
+        assert provider.force_flush(10_000)
+        provider.shutdown()
+        assert sorted(s.span_id for s in otlp_receiver.wait_for_spans(len(ids), timeout=10)) == sorted(ids)
+        channel = grpc.secure_channel(f"127.0.0.1:{ports['grpc']}", credentials)
+        with channel, pytest.raises(grpc.RpcError) as denied:
+            trace_service_pb2_grpc.TraceServiceStub(channel).Export(  # type: ignore[no-untyped-call]
+                ExportTraceServiceRequest(), timeout=5
+            )
+        assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        err = stopped(process)
+    assert "TLS, authorization header required" in err
+    assert "tok-from-env" not in err, "the token is never logged"

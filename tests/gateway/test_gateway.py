@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from ragtrace.gateway import Gateway, RootSettler, request_of
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from ragtrace.live.setup import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings
 from tests.live.fakes import CountingProcessor, ScriptedJudge, plain_trace, rag_trace
 from tests.live.test_e2e_otlp import assert_scored_trace
 from tests.servers.otlp import OtlpReceiver, ReceivedSpan
@@ -35,13 +35,14 @@ SETTINGS = RagtraceSettings(sample_rate=1.0)
 FAST = {"sampler": Sampler(rate=1.0), "tick_interval": 0.01}
 
 
-def make_gateway(receiver: OtlpReceiver, trace_settle: float = 0.3) -> Gateway:
+def make_gateway(receiver: OtlpReceiver, trace_settle: float = 0.3, **options: Any) -> Gateway:
+    """A started gateway on free ports forwarding to `receiver`; `options` go to `Gateway` (limits, security)."""
     exporting = BatchSpanProcessor(
         GrpcSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True), schedule_delay_millis=50
     )
     return Gateway(
         SETTINGS, judge=ScriptedJudge(), exporting=exporting, grpc_port=0, http_port=0,
-        trace_settle=trace_settle, **FAST,
+        trace_settle=trace_settle, **FAST, **options,
     ).start()
 
 

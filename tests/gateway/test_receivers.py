@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ragtrace.gateway import Gateway
 from ragtrace.gateway.receivers import HttpReceiver, url_host
-from ragtrace.live.setup import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings
 from tests.live.fakes import ScriptedJudge
 
 

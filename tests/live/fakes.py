@@ -212,7 +212,7 @@ class Rig:
 
     placement="processor": a RagScoringSpanProcessor in front of a counting processor; "exporter": a
     ScoringBatchSpanProcessor (10 ms batches) with a RagScoringSpanExporter in front of a counting exporter.
-    Either way `proc` is the scoring processor (its counts) and `out` the counter.
+    Either way `proc` is the scoring face (its counts) and `out` the counter.
     """
 
     def __init__(
@@ -226,7 +226,7 @@ class Rig:
         if placement == "exporter":
             self.out = CountingExporter()
             self.scoring = RagScoringSpanExporter(self.out, judge=self.judge, **options)
-            self.proc = self.scoring.processor
+            self.proc = self.scoring
             entry = ScoringBatchSpanProcessor(self.scoring, schedule_delay_millis=10)
         else:
             self.out = CountingProcessor()

@@ -210,7 +210,7 @@ def test_the_user_path_with_the_local_judge_over_otlp(otlp_receiver: OtlpReceive
         LocalJudge()
     except Exception as exc:  # the model weights are an optional extra
         pytest.skip(f"local judge unavailable: {exc}")
-    from ragtrace.live.setup import RagtraceSettings, install, scoring_batch_processor
+    from ragtrace.live import RagtraceSettings, install, scoring_batch_processor
 
     resource = Resource.create({"service.name": "rag-app"})
     meter_provider = MeterProvider(resource=resource, metric_readers=[PeriodicExportingMetricReader(

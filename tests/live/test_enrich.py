@@ -8,8 +8,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
+from ragtrace._sdk import SDK_SPAN
 from ragtrace.live.enrich import enrich
-from ragtrace.live.fields import SDK_SPAN
 
 
 class Foreign(ReadableSpan):

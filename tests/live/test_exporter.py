@@ -47,14 +47,15 @@ def exporter_rig(rig: Callable[..., Rig], judge: ScriptedJudge | None = None, **
 def test_the_app_thread_runs_no_ragtrace_code(rig: Callable[..., Rig], monkeypatch: pytest.MonkeyPatch) -> None:
     r = exporter_rig(rig)
     admitted_on: set[int] = set()
-    admit = r.proc._admit
+    admission = r.scoring.scoring.admission
+    admit = admission.admit
 
     def recording(spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
         admitted_on.add(threading.get_ident())
         return admit(spans)
 
-    monkeypatch.setattr(r.proc, "_admit", recording)
-    monkeypatch.setattr(r.proc, "on_end", lambda span: pytest.fail("on_end runs on the app thread"))
+    monkeypatch.setattr(admission, "admit", recording)
+    monkeypatch.setattr(admission, "holds", lambda span: pytest.fail("span by span admission runs"))
     ids = rag_trace(r.tracer) + plain_trace(r.tracer)
     end = time.monotonic() + 10
     while len(r.out.spans) < len(ids) and time.monotonic() < end:  # no flush: the batching thread's own pace
@@ -83,7 +84,7 @@ def test_a_plain_batch_processor_flush_leaves_scoring_traces_held() -> None:
     try:
         ids = rag_trace(provider.get_tracer("t"), query="what is good?")
         assert provider.force_flush(5000)
-        assert scoring.processor.held_spans == len(ids) and out.spans == []
+        assert scoring.held_spans == len(ids) and out.spans == []
     finally:
         provider.shutdown()  # shutdown still exports them: the batching shuts its exporter down
     assert sorted(out.ids()) == sorted(ids)
@@ -125,20 +126,24 @@ def test_flush_timeout_bounds_the_wait_and_forwards_unscored(rig: Callable[..., 
 def test_a_forked_child_exports_its_own_spans_only(rig: Callable[..., Rig]) -> None:
     """Gathered spans are the parent's to export; a lock the parent held at the fork would hang the child."""
     r = exporter_rig(rig)
-    outlet = r.scoring._out
+    outlet = r.scoring.outlet
+    in_flight = ReadableSpan(name="exported by the parent at the fork", context=SpanContext(1, 3, is_remote=False))
     gathered = ReadableSpan(name="gathered in the parent", context=SpanContext(1, 2, is_remote=False))
-    outlet.gather([gathered])
     read, write = os.pipe()
     holding, done = threading.Event(), threading.Event()
+    parent, export = os.getpid(), r.out.export
 
-    def export_under_way() -> None:  # another thread of the parent is exporting when it forks
-        with outlet._exporting:
+    def slow_export(spans: Sequence[ReadableSpan]) -> SpanExportResult:  # the parent's export is under way
+        if os.getpid() == parent and in_flight in spans:
             holding.set()
             done.wait(10)
+        return export(spans)
 
-    exporting = threading.Thread(target=export_under_way)
+    r.out.export = slow_export  # type: ignore[method-assign]
+    exporting = threading.Thread(target=outlet.export, args=([in_flight],))
     exporting.start()
     holding.wait(10)
+    outlet.emit([gathered])
     pid = os.fork()
     if pid == 0:
         ok = False
@@ -157,7 +162,7 @@ def test_a_forked_child_exports_its_own_spans_only(rig: Callable[..., Rig]) -> N
     os.waitpid(pid, 0)
     assert answered and os.read(read, 1) == b"1", "the child hung or exported the parent's spans"
     assert r.flush()
-    assert r.out.spans == [gathered]
+    assert r.out.spans == [in_flight, gathered]
 
 
 class OrderedExporter(CountingExporter):
@@ -238,7 +243,7 @@ def test_scored_traces_go_out_together_in_calls_of_at_most_512_spans() -> None:
     ids = [span_id for _ in range(400) for span_id in rag_trace(tracer)]
     assert provider.force_flush(10_000)
     assert sorted(out.ids()) == sorted(ids)
-    assert scoring.processor.decisions == {"scored": 800}
+    assert scoring.decisions == {"scored": 800}
     assert max(out.sizes) <= MAX_EXPORT_BATCH == 512
     assert len(out.sizes) < 40, out.sizes  # 400 traces, 1,600 spans: a few ticks' worth of calls
     provider.shutdown()
@@ -273,8 +278,8 @@ def test_a_failing_exporter_is_logged_and_scoring_goes_on(raises: bool, caplog: 
         assert provider.force_flush(5000)
     provider.shutdown()
     assert sorted(out.ids()) == sorted(plain)  # the unscored trace still went out
-    assert scoring.processor.decisions.get("scored") == 6  # 3 traces x precision and relevance
-    assert scoring.processor.held_spans == 0
+    assert scoring.decisions.get("scored") == 6  # 3 traces x precision and relevance
+    assert scoring.held_spans == 0
     expected = "the wrapped exporter raised" if raises else "failed to export"
     assert any(expected in record.getMessage() for record in caplog.records)
 
@@ -329,7 +334,7 @@ def fuzz_spans(shapes: list[tuple[list[str], bool, bool]]) -> list[ReadableSpan]
 def test_a_batch_is_admitted_as_on_end_would_admit_each_span(
     shapes: list[tuple[list[str], bool, bool]], rate: float, order: random.Random, cuts: list[int]
 ) -> None:
-    """`_admit` unrolls `_holds` over a batch: the same spans go on, the same are held, the same counted,
+    """`admit` unrolls `holds` over a batch: the same spans go on, the same are held, the same counted,
     whatever the traces, the interleaving of their spans and the cut into batches."""
     spans = fuzz_spans(shapes)
     if order.random() < 0.5:  # spans of several traces interleaved, as concurrent requests end them
@@ -339,11 +344,11 @@ def test_a_batch_is_admitted_as_on_end_would_admit_each_span(
         for _ in range(2)
     )
     try:
-        passed_one_by_one = [span for span in spans if not one_by_one._holds(span)]
+        passed_one_by_one = [span for span in spans if not one_by_one.scoring.admission.holds(span)]
         passed_batched: list[ReadableSpan] = []
         start = 0
         for size in [*cuts, len(spans)]:
-            passed_batched += batched._admit(spans[start:start + size])
+            passed_batched += batched.scoring.admission.admit(spans[start:start + size])
             start += size
         assert passed_batched == passed_one_by_one
         assert batched.held_spans == one_by_one.held_spans and batched.open_traces == one_by_one.open_traces

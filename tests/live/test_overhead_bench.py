@@ -29,9 +29,11 @@ def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
     # truth, which the bench traces do not carry). The wall-time blocks have variants of their own.
     per_variant = rounds * traces
     # both placements and both workers, against the same baseline; the top level is the production one
-    assert set(report["by_config"]) == {"processor/thread", "processor/process", "exporter/thread", "exporter/process"}
-    assert report["config"] == "exporter/process"
-    assert report["ratio_rag_10pct"] == report["by_config"]["exporter/process"]["ratio_rag_10pct"]
+    assert set(report["by_config"]) == {
+        "install", "processor/thread", "processor/process", "exporter/thread", "exporter/process",
+    }
+    assert report["config"] == "install"  # the README's first snippet
+    assert report["ratio_rag_10pct"] == report["by_config"]["install"]["ratio_rag_10pct"]
     for worker in report["by_config"].values():
         assert isinstance(worker["idle_worker_cpu_us_per_s"], float)
         assert worker["wall_blocks"]["rag"]["ratio"] > 0 and worker["wall_blocks"]["non_rag"]["ratio"] > 0

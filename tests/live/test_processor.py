@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, set_span_in_context
 
 from ragtrace.capture import CapturedSample
-from ragtrace.live.processor import RagScoringSpanProcessor, _does_nothing
+from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision
 from tests.live.fakes import (
@@ -339,7 +339,7 @@ def test_nothing_raises_into_the_host() -> None:
     def broken_add(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    proc2._store.add = broken_add  # type: ignore[method-assign,assignment]  # the app thread's path fails
+    proc2.scoring.store.add = broken_add  # type: ignore[method-assign,assignment]  # the app thread's path fails
     provider2 = provider_with(proc2)
     ids = rag_trace(provider2.get_tracer("t"))
     assert sorted(out.ids()) == sorted(ids)  # forwarded unscored
@@ -372,10 +372,9 @@ def test_start_and_ending_reach_the_wrapped_processor_unless_it_does_nothing_the
     exporter = InMemorySpanExporter()
     for sdk in (SpanProcessor(), BatchSpanProcessor(exporter), SimpleSpanProcessor(exporter)):
         skipping = RagScoringSpanProcessor(sdk, judge=ScriptedJudge())
-        assert not skipping._forward_start and not skipping._forward_ending
+        assert not skipping.forwards_start and not skipping.forwards_ending
         skipping.shutdown()
-    assert not _does_nothing(StartAndEnding.on_start) and _does_nothing(SpanProcessor.on_start)
-    assert not _does_nothing(print) and not _does_nothing(None) and not _does_nothing(lambda: 1)
+    assert proc.forwards_start and proc.forwards_ending
 
 
 def test_bad_options_are_rejected() -> None:
@@ -521,20 +520,14 @@ def test_an_extractor_sees_every_span_of_a_sampled_trace(rig: Callable[..., Rig]
 def test_an_idle_worker_ticks_ever_less_often_and_still_scores_the_next_trace(rig: Callable[..., Rig]) -> None:
     """Each tick wakes a thread of the app's process: with nothing held, the interval doubles up to 1 s."""
     r = rig()  # tick_interval=0.01: 150 ticks in 1.5 s if it never backed off
-    ticks: list[float] = []
-    tick = r.proc._tick
-
-    def counted() -> bool:
-        ticks.append(time.monotonic())
-        return tick()
-
-    r.proc._worker._on_tick = counted
+    worker = r.proc.scoring.worker
+    start = worker.ticks
     time.sleep(1.5)
-    assert 3 <= len(ticks) <= 12
+    assert 3 <= worker.ticks - start <= 12
     ids = rag_trace(r.tracer)
     assert wait_until(lambda: len(r.out.spans) == len(ids), timeout=3.0)  # the next tick is at most 1 s away
     assert r.proc.decisions == {"scored": 2}
-    busy_from = len(ticks)
+    busy_from = worker.ticks
     rag_trace(r.tracer, end_root=False)  # held: the worker ticks at its own pace again
     time.sleep(0.3)
-    assert len(ticks) - busy_from >= 10
+    assert worker.ticks - busy_from >= 10

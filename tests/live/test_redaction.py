@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragtrace.live.redaction import CARD, EMAIL, FAILED, PHONE, REDACTED, SECRET, Redactor
+from ragtrace.live.redaction import CARD, EMAIL, FAILED, IBAN, PHONE, REDACTED, SECRET, SSN, Redactor
 from ragtrace.scoring import Document, RagSample
 
 R = Redactor()
@@ -78,6 +78,26 @@ NEGATIVE = [
     "email at example dot com",
     "user@localhost",
     "a tensor of shape 1024 x 768",
+    # near misses of the SSN, IBAN, AWS and bare-phone rules: years, prices, order numbers, ids survive
+    "000-12-3456 and 666-12-3456 and 912-34-5678",  # never issued
+    "123-00-4567 and 123-45-0000",
+    "part 123-45-6789-01",
+    "dates 2024-01-15 and 2023-12-31",
+    "DE89 3704 0044 0532 0130 01",  # check digits wrong
+    "GB82WEST12345698765433",
+    "ABCD1234EFGH5678",  # shape of nothing
+    "commit 3f786850e387550fdab836ed7e6dc881de23001b",  # SHA-1, lower case
+    "SHA 3F786850E387550FDAB836ED7E6DC881DE23001B",  # SHA-1, upper case
+    "getUserAccountSettingsFromDatabaseById42",  # a camelCase name of 40 characters
+    "docs/getting-started/installation/python",
+    "order 4829301746 shipped",
+    "invoice #4829301746",
+    "order no. 7182930456",
+    "tracking id: 9405511899",
+    "total $4829301746 and 4829301746.50",
+    "unix time 1733058000",  # area code cannot start with 1
+    "ref 0123456789",
+    "prices 19.99, 1,299.00 and 2024",
     "",
 ]
 
@@ -217,3 +237,30 @@ def test_sample_with_failing_hook_withholds_every_field() -> None:
 
     out = Redactor(hook).redact_sample(RagSample(query="q", contexts=["c"], response="r", ground_truth="g"))
     assert (out.query, out.context_texts, out.response, out.ground_truth) == (FAILED, [FAILED], FAILED, FAILED)
+
+
+def with_iban_check_digits(country: str, bban: str) -> str:
+    """ISO 13616: check digits that make the rearranged number 1 mod 97."""
+    number = int("".join(str(int(c, 36)) for c in bban + country + "00"))
+    return f"{country}{98 - number % 97:02d}{bban}"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.from_regex(r"[A-Z]{2}", fullmatch=True), st.from_regex(r"[0-9A-Z]{12,26}", fullmatch=True),
+    st.booleans(), words, words,
+)
+def test_any_checksummed_iban_is_redacted(country: str, bban: str, grouped: bool, before: str, after: str) -> None:
+    iban = with_iban_check_digits(country, bban)
+    text = " ".join(iban[i : i + 4] for i in range(0, len(iban), 4)) if grouped else iban
+    assert R.redact_text(before + text + after) == before + IBAN + after
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.from_regex(r"[1-8][0-9]{2}", fullmatch=True), st.integers(1, 99), st.integers(1, 9999),
+       st.sampled_from(["-", " "]), words, words)
+def test_any_issuable_ssn_is_redacted(area: str, group: int, serial: int, sep: str, before: str, after: str) -> None:
+    if area == "666":
+        return
+    ssn = f"{area}{sep}{group:02d}{sep}{serial:04d}"
+    assert R.redact_text(before + ssn + after) == before + SSN + after

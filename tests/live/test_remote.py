@@ -24,8 +24,9 @@ from ragtrace.capture import CaptureStats, extract_samples, span_role
 from ragtrace.judges.llm import LLMJudge
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
-from ragtrace.live.remote import ChildSettings, ScoringProcess, frame, plain_traces, span_of
 from ragtrace.live.sampling import Sampler, SamplingRule
+from ragtrace.live.scoring_process.parent import ScoringProcess
+from ragtrace.live.scoring_process.protocol import ChildSettings, frame, plain_traces, span_of
 from tests.capture.test_fuzz import span_specs
 from tests.live.fakes import CountingProcessor, Rig, ScriptedJudge, open_rag_trace, plain_trace, rag_trace
 from tests.live.test_zero_loss import check
@@ -162,12 +163,12 @@ def test_a_lost_scoring_process_costs_its_scores_and_is_started_again(rig: Calla
     r.settle(len(before))
     slow = rag_trace(r.tracer, query="hang: q")  # out at the scoring process when it dies
     time.sleep(0.1)
-    remote = r.proc._remote
-    assert remote is not None and remote._process is not None
-    old_pid = remote._process.pid
+    remote = r.proc.scoring.judging.process
+    old_pid = remote.pid
+    assert old_pid is not None
     os.kill(old_pid, signal.SIGKILL)
     end = time.monotonic() + 10
-    while not (remote.alive and remote._process is not None and remote._process.pid != old_pid):
+    while not (remote.alive and remote.pid not in (None, old_pid)):
         assert time.monotonic() < end, "no new scoring process"
         time.sleep(0.01)
     after = rag_trace(r.tracer)
@@ -269,8 +270,8 @@ def test_the_pipes_work_above_select_limit_of_1024_descriptors(rig: Callable[...
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
         r = rig(worker="process")
-        assert r.proc._remote is not None and r.proc._remote._from_child is not None
-        assert r.proc._remote._from_child > 1024
+        answers_fd = r.proc.scoring.judging.process.answers_fd
+        assert answers_fd is not None and answers_fd > 1024
         ids = rag_trace(r.tracer)
         r.settle(len(ids))
         r.assert_exactly_once(ids)
@@ -284,15 +285,14 @@ def test_the_pipes_work_above_select_limit_of_1024_descriptors(rig: Callable[...
 def test_a_garbled_answer_stream_is_a_lost_scoring_process(caplog: pytest.LogCaptureFixture) -> None:
     settings = ChildSettings(
         judge=ScriptedJudge(), scorers=(), sampler=Sampler(), target="retrieval", score_deadline=1.0,
-        max_queue=1, max_held_spans=1, max_open_traces=1, concurrency=1, redactor=None, extractor=None,
-        reason_max_chars=10, record_metrics=False,
+        max_queue=1, concurrency=1, redactor=None, extractor=None, reason_max_chars=10, record_metrics=False,
     )
-    remote = ScoringProcess(settings)
-    read, write = os.pipe()
-    remote._from_child, remote.alive = read, True
-    os.write(write, frame(b"not a pickle"))
-    assert remote.receive(1.0) == []
-    assert not remote.alive
-    assert "could not be read" in caplog.text
-    os.close(write)
-    os.close(read)
+    garbling = "import os, sys, time; os.write(int(sys.argv[-1]), {!r}); time.sleep(10)".format(frame(b"not a pickle"))
+    remote = ScoringProcess(settings, command=[sys.executable, "-c", garbling])
+    remote.start()
+    try:
+        assert remote.receive(5.0) == []
+        assert not remote.alive
+        assert "could not be read" in caplog.text
+    finally:
+        remote.stop(timeout=1.0)

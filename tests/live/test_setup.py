@@ -9,9 +9,9 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from ragtrace.live import BatchedScoring, RagtraceSettings, install, installed, scoring_batch_processor
 from ragtrace.live.exporter import ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
-from ragtrace.live.setup import RagtraceSettings, install, scoring_batch_processor
 from tests.live.fakes import CountingExporter, CountingProcessor, ScriptedJudge, rag_trace
 
 
@@ -107,7 +107,7 @@ def test_judge_string_becomes_an_llm_judge() -> None:
     settings = RagtraceSettings(judge="openai/gpt-4o-mini", judge_api_base="http://127.0.0.1:9/v1")
     proc = install(provider, settings=settings)
     assert proc is not None
-    assert proc._judge.model == "openai/gpt-4o-mini"
+    assert proc.scoring.options.judge.model == "openai/gpt-4o-mini"
     provider.shutdown()
 
 
@@ -136,8 +136,8 @@ def test_keyword_settings_reach_the_sampler_and_the_judge() -> None:
     )
     assert processor is not None
     try:
-        assert processor._judge._api_base == "http://127.0.0.1:9/v1"  # type: ignore[attr-defined]
-        assert processor._sampler.might_sample(1)
+        assert processor.scoring.options.judge._api_base == "http://127.0.0.1:9/v1"  # type: ignore[attr-defined]
+        assert processor.scoring.options.sampler.might_sample(1)
         with pytest.raises(ValueError, match="sample_rate"):
             install(TracerProvider(), sample_rate=2.0, settings=RagtraceSettings())
     finally:
@@ -151,12 +151,12 @@ def test_install_runs_drift_detection_until_shutdown() -> None:
     provider.add_span_processor(CountingProcessor())
     processor = install(provider, judge=ScriptedJudge(), settings=RagtraceSettings(drift_interval=5.0))
     assert processor is not None
-    metrics = processor._metrics
+    metrics = processor.scoring.options.metrics
     assert isinstance(metrics, DriftMetrics) and metrics.monitor._scheduler is not None
     processor.shutdown()
     assert metrics.monitor._scheduler is None  # the scheduler thread stops with the processor
     off = install(TracerProvider(), judge=ScriptedJudge(), settings=RagtraceSettings(drift=False))
-    assert off is not None and not isinstance(off._metrics, DriftMetrics)
+    assert off is not None and not isinstance(off.scoring.options.metrics, DriftMetrics)
     off.shutdown()
 
 
@@ -169,7 +169,7 @@ def test_the_local_judge_scores_one_sample_at_a_time_unless_told_otherwise(monke
         proc = install(provider, **kwargs)  # type: ignore[arg-type]
         assert proc is not None
         try:
-            return proc._concurrency
+            return proc.scoring.options.concurrency
         finally:
             provider.shutdown()
 
@@ -218,3 +218,43 @@ def test_scoring_batch_processor_checks_settings_like_the_env_vars() -> None:
     with pytest.raises(ValueError, match="less than or equal to 1"):
         scoring_batch_processor(CountingExporter(), judge=ScriptedJudge(), sample_rate=2.0,
                                 settings=RagtraceSettings())
+
+
+def test_install_scores_behind_the_one_batch_processor_of_a_provider() -> None:
+    """The README's first snippet: the app's thread keeps the SDK's own on_end, a flush of the provider
+    waits for the scoring, and the scoring runs in a process of its own."""
+    out = CountingExporter()
+    batching = BatchSpanProcessor(out, schedule_delay_millis=20)
+    provider = TracerProvider()
+    provider.add_span_processor(batching)
+    installed_ = install(provider, judge=ScriptedJudge(), sample_rate=1.0, tick_interval=0.01)
+    assert isinstance(installed_, BatchedScoring)
+    assert installed(provider) is installed_ and install(provider, judge=ScriptedJudge()) is installed_
+    assert installed_.scoring.options.worker == "process"
+    assert installed_.on_end == batching.on_end  # the app's thread calls the SDK's own on_end, nothing more
+    assert batching.span_exporter is installed_.exporter
+    ids = rag_trace(provider.get_tracer("t"))
+    assert provider.force_flush(20_000)
+    assert sorted(out.ids()) == sorted(ids)
+    (retrieval,) = out.by_name("retrieve")
+    assert (retrieval.attributes or {})["ragtrace.eval.status"] == "scored"
+    assert installed_.decisions == {"scored": 2} and installed_.held_spans == 0
+    provider.shutdown()
+
+
+def test_install_placement_names_where_ragtrace_sits() -> None:
+    one_batching = TracerProvider()
+    one_batching.add_span_processor(BatchSpanProcessor(CountingExporter()))
+    in_front = install(one_batching, judge=ScriptedJudge(), placement="processor", worker="thread")
+    assert isinstance(in_front, RagScoringSpanProcessor) and installed(one_batching) is in_front
+    one_batching.shutdown()
+    two = TracerProvider()
+    two.add_span_processor(BatchSpanProcessor(CountingExporter()))
+    two.add_span_processor(CountingProcessor())
+    with pytest.raises(ValueError, match="placement='exporter'"):
+        install(two, judge=ScriptedJudge(), placement="exporter")
+    assert installed(two) is None
+    behind_default = install(two, judge=ScriptedJudge(), mode="link")  # several processors: in front of them
+    assert isinstance(behind_default, RagScoringSpanProcessor)
+    assert behind_default.scoring.options.worker == "thread"  # link mode scores in a thread
+    two.shutdown()

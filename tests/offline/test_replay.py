@@ -209,3 +209,33 @@ def test_traces_without_retrievals_are_bad_input(tmp_path: Path, capsys: pytest.
     path = write_json_lines(tmp_path / "plain.json", list(exporter.get_finished_spans()))
     assert main(["replay", str(path), "--judge", JUDGE, "--quiet"]) == 2
     assert "no retrieval samples found in 1 spans" in capsys.readouterr().err
+
+
+def test_spans_with_ids_of_the_wrong_length_are_left_out(spans: list[ReadableSpan]) -> None:
+    """A 17-byte trace id or 9-byte span/parent id cannot be exported (the encoder's fixed-width ints
+    overflow and fail the whole batch): those spans are left out, the others convert."""
+    request = encode_spans(spans)
+    items = request.resource_spans[0].scope_spans[0].spans
+    items[0].trace_id = b"\x01" * 17
+    items[1].span_id = b"\x02" * 9
+    child = next(i for i in range(2, len(items)) if items[i].parent_span_id)
+    items[child].parent_span_id = b"\x03" * 9
+    decoded = list(spans_of(request))
+    assert len(decoded) == len(spans) - 3
+    assert all(s.context is not None and s.context.trace_id < 1 << 128 for s in decoded)
+
+
+def test_json_ids_that_are_not_ids_reject_their_span_only() -> None:
+    from ragtrace.offline.replay import parse_json_line
+
+    good = {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "name": "ok"}
+    bad = [
+        {"traceId": "z" * 32, "spanId": "b7ad6b7169203331", "name": "non-hex"},
+        {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": 12345, "name": "number"},
+        {"traceId": "0af7651916cd43dd8448eb211c80319c", "spanId": "b7ad6b7169203331", "parentSpanId": "abc",
+         "name": "short-parent"},
+    ]
+    line = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [good, *bad]}]}]})
+    request = parse_json_line(line)
+    assert len(request.resource_spans[0].scope_spans[0].spans) == 4, "every span is kept for the count"
+    assert [s.name for s in spans_of(request)] == ["ok"]

@@ -6,7 +6,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from ragtrace.live.fields import SDK_SPAN, is_local_root
+from ragtrace._sdk import SDK_SPAN, is_local_root
 
 
 class OwnSpan(ReadableSpan):

@@ -1,0 +1,163 @@
+"""The one module that touches the OpenTelemetry SDK's private fields: spans, and a provider's processors.
+
+Each property of a `ReadableSpan` (and of its `SpanContext`) is a Python call. On the paths that touch
+every span (admission, the encoding of traces for a scoring process, the copy that carries the scores)
+those calls are most of the cost: 5 µs a span against 0.4 µs for the fields on a 2-core VM. `SDK_SPAN`
+is the SDK's `ReadableSpan` when its fields are where this module reads them, checked once at import on
+a span built through the public constructor; otherwise it is None and every span goes through the
+properties. Only spans of exactly that type take the fast path: a subclass may override a property.
+
+The SDK has no public way to put a processor in front of the others (`add_span_processor` only
+appends), nor to put an exporter behind a `BatchSpanProcessor` that exists; `install` needs both, and
+does them here: the provider's tuple of processors is swapped under the multi-processor's own lock, the
+way `add_span_processor` does, and the batching's exporter is swapped in one attribute write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
+from typing import Any, Final
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
+from opentelemetry.util.types import AttributeValue
+
+# SpanContext is a tuple: (trace_id, span_id, is_remote, trace_flags, trace_state, is_valid)
+TRACE_ID: Final = 0
+SPAN_ID: Final = 1
+IS_REMOTE: Final = 2
+TRACE_FLAGS: Final = 3
+
+# (context, parent) of a span: C-level getters, no Python frame per span.
+SDK_IDS: Final = attrgetter("_context", "_parent")
+PUBLIC_IDS: Final = attrgetter("context", "parent")
+
+
+def _fields_match_properties() -> bool:
+    try:
+        parent = SpanContext(0x1234, 0x56, is_remote=True, trace_flags=TraceFlags(1))
+        context = SpanContext(0x1234, 0x78, is_remote=False, trace_flags=TraceFlags(1))
+        resource = Resource.create({"service.name": "check"})
+        events = [Event("e", {"k": 1}, timestamp=3)]
+        span = ReadableSpan(
+            name="n", context=context, parent=parent, resource=resource, attributes={"a": 1}, events=events,
+            kind=SpanKind.CLIENT, start_time=1, end_time=2, links=[Link(parent)],
+        )
+        fields = vars(span)
+        return (
+            SDK_IDS(span) == (span.context, span.parent)
+            and fields["_name"] == span.name and fields["_kind"] is span.kind
+            and fields["_start_time"] == span.start_time and fields["_end_time"] == span.end_time
+            and fields["_resource"] is span.resource and tuple(fields["_events"]) == tuple(span.events)
+            and tuple(fields["_links"]) == tuple(span.links)
+            and dict(fields["_attributes"]) == dict(span.attributes or {})
+            and (context[TRACE_ID], context[SPAN_ID], context[IS_REMOTE], context[TRACE_FLAGS])
+            == (context.trace_id, context.span_id, context.is_remote, context.trace_flags)
+            and parent[IS_REMOTE] is True
+        )
+    except Exception:
+        return False
+
+
+SDK_SPAN: type[ReadableSpan] | None = ReadableSpan if _fields_match_properties() else None
+
+
+def ids_of(span: ReadableSpan) -> tuple[SpanContext | None, SpanContext | None]:
+    """(context, parent) of any span; the hot paths inline this as `(SDK_IDS if ... else PUBLIC_IDS)(span)`."""
+    return (SDK_IDS if type(span) is SDK_SPAN else PUBLIC_IDS)(span)  # type: ignore[no-any-return]
+
+
+def is_local_root(span: ReadableSpan) -> bool:
+    """A span whose parent is not in this process: it has none, or one propagated from elsewhere."""
+    parent = ids_of(span)[1]
+    return parent is None or bool(parent[IS_REMOTE])
+
+
+def span_fields(span: ReadableSpan) -> tuple[Any, ...]:
+    """(name, context, parent, resource, events, kind, start, end) of an ended span."""
+    if type(span) is SDK_SPAN:
+        return (span._name, span._context, span._parent, span._resource, span._events, span._kind,
+                span._start_time, span._end_time)
+    return (span.name, span.context, span.parent, span.resource, span.events, span.kind,
+            span.start_time, span.end_time)
+
+
+def stored_attributes(obj: object) -> dict[str, Any] | None:
+    """The plain dict inside a span's or event's `BoundedAttributes`, None for anything else: an ended
+    span's attributes no longer change, and a dict answers a missing key without the KeyError round
+    trip that `Mapping.get` on the public proxy costs (readers probe many absent keys)."""
+    stored = getattr(obj, "_attributes", None)
+    if type(stored) is BoundedAttributes:
+        inner = getattr(stored, "_dict", None)
+        if type(inner) is dict:
+            return inner
+    return None
+
+
+def _dropped(container: object) -> int:
+    """What a span's BoundedAttributes or BoundedList dropped (0 for a plain container)."""
+    dropped = getattr(container, "dropped", 0)
+    return dropped if isinstance(dropped, int) else 0
+
+
+def dropped_counts(span: ReadableSpan) -> tuple[Sequence[Event], Sequence[Link], int, int, int]:
+    """(events, links, dropped attributes, dropped events, dropped links) of an ended span."""
+    if type(span) is SDK_SPAN:
+        events, links = span._events, span._links
+        return events, links, _dropped(span._attributes), _dropped(events), _dropped(links)
+    return span.events, span.links, span.dropped_attributes, span.dropped_events, span.dropped_links
+
+
+def copy_span(
+    span: ReadableSpan, attributes: Mapping[str, AttributeValue], events: Sequence[Event], links: Sequence[Link]
+) -> ReadableSpan:
+    """A copy of an ended span with other attributes, events and links; ids and times unchanged."""
+    if type(span) is SDK_SPAN:  # a copy of its fields: the constructor would read a dozen properties
+        copy = object.__new__(ReadableSpan)
+        copy.__dict__.update(vars(span))
+        copy._attributes, copy._events, copy._links = attributes, events, links  # type: ignore[assignment]
+        return copy
+    return ReadableSpan(
+        name=span.name, context=span.context, parent=span.parent, resource=span.resource,
+        attributes=attributes, events=events, links=links, kind=span.kind, status=span.status,
+        start_time=span.start_time, end_time=span.end_time, instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+def set_context(span: ReadableSpan, context: SpanContext) -> None:
+    """Give a span that is still being built (never one another processor holds) another context."""
+    span._context = context
+
+
+def set_batch_exporter(processor: BatchSpanProcessor, exporter: SpanExporter) -> None:
+    """Make a BatchSpanProcessor hand its next batches to another exporter (one attribute swap: a batch
+    being exported goes to the old one)."""
+    processor._batch_processor._exporter = exporter
+    if processor.span_exporter is not exporter:
+        raise TypeError("this BatchSpanProcessor keeps its exporter elsewhere; use scoring_batch_processor()")
+
+
+def span_processors(provider: TracerProvider) -> tuple[SpanProcessor, ...]:
+    """The processors a provider's active multi-span processor calls, in order."""
+    active = provider._active_span_processor
+    existing = getattr(active, "_span_processors", None)
+    if not isinstance(existing, tuple):
+        raise TypeError(
+            f"cannot install ragtrace into {type(active).__name__}: expected the SDK's "
+            "SynchronousMultiSpanProcessor or ConcurrentMultiSpanProcessor"
+        )
+    return existing
+
+
+def replace_span_processors(
+    provider: TracerProvider, replace: Callable[[tuple[SpanProcessor, ...]], tuple[SpanProcessor, ...]]
+) -> None:
+    """Swap the provider's processors for `replace(current)`, atomically for the provider's other users."""
+    span_processors(provider)  # the same check, outside the lock
+    active = provider._active_span_processor
+    with active._lock:
+        active._span_processors = replace(active._span_processors)

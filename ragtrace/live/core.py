@@ -1,0 +1,147 @@
+"""`LiveScoring`: one live scoring pipeline and what runs it, behind either face.
+
+It assembles the pieces (the store, the counts, admission, the pipeline, the worker thread, and the
+judging: jobs on that thread or a scoring process) and owns their life: flush, shutdown, and a fresh
+start in a forked child. The faces (`RagScoringSpanProcessor`, `RagScoringSpanExporter`) give it spans
+and a sink, and show its counts (`ScoringFace`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+
+from ragtrace.live.admission import Admission
+from ragtrace.live.counts import Counts
+from ragtrace.live.jobs import JobJudging
+from ragtrace.live.options import ScoringOptions
+from ragtrace.live.pipeline import Judging, Pipeline, Sink
+from ragtrace.live.scoring_process.parent import ProcessJudging
+from ragtrace.live.store import SpanStore
+from ragtrace.live.worker import ScoringWorker
+
+logger = logging.getLogger(__name__)
+
+
+class LiveScoring:
+    """Admission for the spans, the pipeline for closed traces, a worker to run it; counts to read."""
+
+    def __init__(self, options: ScoringOptions, sink: Sink) -> None:
+        self.options = options
+        self.store = SpanStore(max_held_spans=options.max_held_spans, max_open_traces=options.max_open_traces)
+        self.counts = Counts()
+        self.admission = Admission(
+            self.store, self.counts, trace_id_bound=options.sampler.trace_id_bound, enrich=options.enrich,
+            hold_every_span=options.extractor is not None,
+        )
+        self.pipeline = Pipeline(options, self.store, self.counts, sink)
+        self._shutdown = False
+        self._shutdown_lock = threading.Lock()
+        self.worker, self.judging = self._start()
+        if hasattr(os, "register_at_fork"):  # like the SDK's BatchSpanProcessor: a fresh worker per child
+            after_fork = weakref.WeakMethod(self._after_fork_in_child)
+            os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
+        if options.metrics is not None:
+            try:
+                options.metrics.observe(lambda: self.judging.depth, lambda: self.store.held)
+            except Exception:
+                logger.exception("ragtrace: metrics.observe failed")
+
+    def _start(self) -> tuple[ScoringWorker, Judging]:
+        options = self.options
+        worker = ScoringWorker(
+            options.judge, concurrency=options.concurrency, max_queue=options.max_queue,
+            on_tick=self.pipeline.tick, tick_interval=options.tick_interval,
+        )
+        judging: Judging
+        if options.worker == "process":
+            try:
+                judging = ProcessJudging(self.pipeline, worker, closed=lambda: self._shutdown)
+            except BaseException:
+                worker.stop()
+                raise
+        else:
+            judging = JobJudging(self.pipeline, worker)
+        self.pipeline.use(judging)
+        worker.start()
+        return worker, judging
+
+    def _after_fork_in_child(self) -> None:
+        """The worker thread does not survive fork, and the parent releases what it held: start empty."""
+        self.store.reset()
+        self.counts.after_fork()
+        self._shutdown_lock = threading.Lock()
+        if isinstance(self.judging, ProcessJudging):
+            self.judging.abandon()
+        if not self._shutdown:
+            self.worker, self.judging = self._start()
+
+    # --- flush and shutdown ---------------------------------------------------------------------------
+
+    def flush(self, timeout_millis: int) -> bool:
+        """Score what can be scored within the timeout, release everything held, flush the sink."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        try:
+            if not self._shutdown:
+                self.pipeline.settle(deadline, self.worker.call)
+        except Exception:
+            logger.exception("ragtrace: force_flush failed")
+        remaining = max(int((deadline - time.monotonic()) * 1000), 0)
+        try:
+            return bool(self.pipeline.sink.flush(remaining))
+        except Exception:
+            logger.exception("ragtrace: flushing the wrapped processor or exporter failed")
+            return False
+
+    def shutdown(self) -> None:
+        """Settle (waiting at most `score_deadline`), stop the worker, shut the sink down."""
+        with self._shutdown_lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+        self.admission.close()
+        try:
+            self.pipeline.settle(time.monotonic() + self.options.score_deadline, self.worker.call)
+            self.worker.stop()
+            self.pipeline.close_store()
+            self.judging.stop()
+            if self.options.metrics is not None:
+                self.options.metrics.shutdown()
+        except Exception:
+            logger.exception("ragtrace: shutdown failed")
+        try:
+            self.pipeline.sink.shutdown()
+        except Exception:
+            logger.exception("ragtrace: shutting the wrapped processor or exporter down failed")
+
+
+class ScoringFace:
+    """What both faces show of their `scoring`: the counts, for tests, health checks and benches."""
+
+    scoring: LiveScoring
+
+    @property
+    def decisions(self) -> dict[str, int]:
+        """Decision counts so far (the same numbers as the `ragtrace.evaluation.decisions` counter)."""
+        return self.scoring.counts.decisions()
+
+    @property
+    def capture_counts(self) -> dict[str, int]:
+        """Why spans could not be read (`invalid_documents_json`, ...), as counted by capture."""
+        return self.scoring.counts.capture()
+
+    @property
+    def held_spans(self) -> int:
+        return self.scoring.store.held
+
+    @property
+    def open_traces(self) -> int:
+        return self.scoring.store.open_traces
+
+    @property
+    def queue_depth(self) -> int:
+        """Jobs queued or running; with worker="process", traces out at the scoring process."""
+        return self.scoring.judging.depth

@@ -1,0 +1,92 @@
+"""`ScoringOptions`: what one live scoring pipeline is asked to do, checked once, shared by every piece."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ragtrace.capture import Extractor
+from ragtrace.judges.base import Judge
+from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.redaction import Redactor
+from ragtrace.live.sampling import Sampler
+from ragtrace.live.worker import DEFAULT_TICK_S
+from ragtrace.scoring import Scorer, default_scorers
+
+Mode = Literal["enrich", "link"]
+Target = Literal["retrieval", "generation", "root"]
+WorkerKind = Literal["thread", "process"]
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """The scoring arguments of `RagScoringSpanProcessor` and `RagScoringSpanExporter`.
+
+    judge / scorers: who gives verdicts and what is scored (default precision, relevance, and recall
+        for samples that carry a ground truth). sampler: which traces and scorers (default 10 %).
+    mode: "enrich" writes scores onto the evaluated span before it is exported (spans of a sampled
+        trace wait up to `score_deadline`); "link" exports at once and adds `evaluation <scorer>` spans.
+    target: the span that receives the scores (retrieval, its generation, or the trace's root).
+    max_trace_wait: a trace whose local root never ends is closed after this many seconds.
+    score_deadline: held spans are forwarded with status `timeout` if scoring takes longer.
+    max_queue / max_held_spans / max_open_traces: the bounds on memory; overflow forwards spans
+        unscored and is counted (`queue_full`).
+    concurrency: judge calls at once. redactor: applied to every sample before the judge sees it.
+    extractor: your own span shapes -> samples (see ragtrace.capture). metrics: RagtraceMetrics.
+    tick_interval: how often a busy worker closes, ships and releases traces (seconds; see
+        `worker.DEFAULT_TICK_S` for why 0.2).
+    worker: "thread" scores in a thread of this process; "process" in a scoring process of its own,
+        out of this process's GIL (enrich mode only).
+    """
+
+    judge: Judge
+    scorers: Sequence[Scorer] | None = None
+    sampler: Sampler = field(default_factory=Sampler)
+    mode: Mode = "enrich"
+    target: Target = "retrieval"
+    max_trace_wait: float = 30.0
+    score_deadline: float = 30.0
+    max_queue: int = 1000
+    max_held_spans: int = 50_000
+    max_open_traces: int = 10_000
+    concurrency: int = 8
+    redactor: Redactor | None = None
+    extractor: Extractor | None = None
+    metrics: RagtraceMetrics | None = None
+    reason_max_chars: int = 500
+    tick_interval: float = DEFAULT_TICK_S
+    worker: WorkerKind = "thread"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("enrich", "link"):
+            raise ValueError(f"mode must be 'enrich' or 'link', got {self.mode!r}")
+        if self.worker not in ("thread", "process"):
+            raise ValueError(f"worker must be 'thread' or 'process', got {self.worker!r}")
+        if self.worker == "process" and self.mode != "enrich":
+            raise ValueError("worker='process' writes scores in enrich mode only; use worker='thread' for link mode")
+        if self.target not in ("retrieval", "generation", "root"):
+            raise ValueError(f"target must be 'retrieval', 'generation' or 'root', got {self.target!r}")
+        for name in ("max_trace_wait", "score_deadline", "tick_interval"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+        for name in ("max_queue", "max_held_spans", "max_open_traces", "concurrency", "reason_max_chars"):
+            count = getattr(self, name)
+            if not isinstance(count, int) or count < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
+        scorers = tuple(self.scorers) if self.scorers is not None else tuple(default_scorers())
+        object.__setattr__(self, "scorers", scorers)
+        if self.sampler is None:
+            object.__setattr__(self, "sampler", Sampler())
+
+    @property
+    def enrich(self) -> bool:
+        return self.mode == "enrich"
+
+    @property
+    def model(self) -> str:
+        return str(getattr(self.judge, "model", ""))
+
+    @property
+    def prompt_version(self) -> str:
+        return str(getattr(self.judge, "prompt_version", ""))

@@ -1,0 +1,170 @@
+"""The pipeline: closed traces in, released spans out to a sink, each span exactly once.
+
+    close (root ended, max_trace_wait, flush) -> judging.take: plan, jobs, evaluations (jobs.py), or
+    the scoring process (scoring_process/parent.py) -> release: timeouts, writes -> sink.emit
+
+Everything here runs on the worker thread, at its ticks. Two things plug in: the `Sink` the released
+spans go to (the next processor, or an exporter's outlet) and the `Judging` that turns a closed RAG
+trace into evaluations. Both see the pipeline through its public methods only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from ragtrace._sdk import SPAN_ID, ids_of
+from ragtrace.live.counts import Counts
+from ragtrace.live.enrich import Writes, enrich, writes_for
+from ragtrace.live.options import ScoringOptions
+from ragtrace.live.store import OpenTrace, PendingTrace, SpanStore
+
+logger = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    """Where released spans go. `emit` never raises into the pipeline; `emitted` ends a tick (a sink
+    that gathers spans sends them then); `flush` and `shutdown` follow the pipeline's own."""
+
+    def emit(self, spans: Iterable[ReadableSpan]) -> None: ...
+
+    def emitted(self) -> None: ...
+
+    def flush(self, timeout_millis: int) -> bool: ...
+
+    def shutdown(self) -> None: ...
+
+
+class Judging(Protocol):
+    """Turns closed RAG traces into evaluations, and hands each trace back to the pipeline to release."""
+
+    def take(self, trace: OpenTrace) -> None:
+        """A closed trace with a retrieval: judge it (parking it in the store), or pass it through."""
+
+    def tick(self) -> bool:
+        """Before closing, at each tick; True while it needs ticks of its own (a process to restart)."""
+
+    def ship(self) -> None:
+        """After closing, at each tick: send what `take` gathered."""
+
+    def time_out(self, pending: PendingTrace) -> None:
+        """A trace is released with samples still waiting: they time out."""
+
+    def wait(self, deadline: float) -> None:
+        """Flush: wait for the traces out for judging, until `deadline` (time.monotonic)."""
+
+    @property
+    def depth(self) -> int:
+        """Jobs queued or running, or traces out for judging."""
+
+    def stop(self) -> None: ...
+
+
+class Pipeline:
+    """Closes held traces, hands RAG traces to the judging, releases them to the sink with their writes."""
+
+    def __init__(self, options: ScoringOptions, store: SpanStore, counts: Counts, sink: Sink) -> None:
+        self.options = options
+        self.store = store
+        self.counts = counts
+        self.sink = sink
+        self.judging: Judging | None = None
+
+    def use(self, judging: Judging) -> None:
+        self.judging = judging
+
+    def _judging(self) -> Judging:
+        assert self.judging is not None, "Pipeline.use(judging) first"
+        return self.judging
+
+    def tick(self, *, everything: bool = False) -> bool:
+        """Close traces whose root ended (or that waited too long, or all of them), ship them, release
+        expired ones, report. True while anything is held or the judging needs ticks of its own."""
+        judging = self._judging()
+        needs_ticks = judging.tick()
+        for trace in self.store.take_closing(self.options.max_trace_wait, everything=everything):
+            try:
+                self.close(trace)
+            except Exception:
+                logger.exception("ragtrace: closing a trace failed; spans forwarded unscored")
+                self.counts.add("error")
+                self.pass_through(trace)
+        judging.ship()
+        for pending in self.store.pop_expired(time.monotonic()):
+            self.release(pending)
+        self.counts.report(self.options.metrics)
+        self.sink.emitted()
+        return self.store.held > 0 or needs_ticks
+
+    def close(self, trace: OpenTrace) -> None:
+        """Pass through what cannot be judged; hand the rest to the judging."""
+        if trace.overflowed:  # counted as queue_full when it overflowed
+            self.pass_through(trace)
+            return
+        if not trace.has_retrieval and self.options.extractor is None:  # held for its ground truth only
+            self.counts.add("not_rag")
+            self.pass_through(trace)
+            return
+        self._judging().take(trace)
+
+    def pass_through(self, trace: OpenTrace) -> None:
+        """Release a closed trace unscored (in link mode its spans went on when they ended)."""
+        if self.options.enrich:
+            self.sink.emit(trace.spans)
+        self.store.release(len(trace.spans))
+
+    def release(self, pending: PendingTrace) -> None:
+        """Release a trace taken out of the store, once: samples still waiting time out."""
+        self._judging().time_out(pending)
+        self.emit_with_writes(pending.spans, writes_for(pending.evaluations, self.options.reason_max_chars))
+
+    def emit(self, spans: Iterable[ReadableSpan]) -> None:
+        self.sink.emit(spans)
+
+    def emit_with_writes(self, spans: Iterable[ReadableSpan], writes: Writes) -> None:
+        """Emit each span once, with the attributes and events written for it (if any)."""
+        if writes:
+            spans = [_written(span, writes) for span in spans]
+        self.sink.emit(spans)
+
+    def settle(self, deadline: float, call_on_worker: WorkerCall) -> None:
+        """Close every open trace, wait for judging until `deadline`, release whatever is still held."""
+        if not call_on_worker(lambda: self.tick(everything=True), deadline - time.monotonic()):
+            for trace in self.store.take_closing(self.options.max_trace_wait, everything=True):
+                self.counts.add("timeout")
+                self.pass_through(trace)
+        self._judging().wait(deadline)
+        for pending in self.store.pop_expired(time.monotonic(), everything=True):
+            self.release(pending)
+        self.counts.report(self.options.metrics)
+
+    def close_store(self) -> None:
+        """Shutdown: release everything the store still holds (open traces time out)."""
+        open_traces, pending = self.store.close()
+        for trace in open_traces:
+            self.counts.add("timeout")
+            if self.options.enrich:
+                self.sink.emit(trace.spans)
+        for item in pending:
+            self.release(item)
+        self.counts.report(self.options.metrics)
+
+
+class WorkerCall(Protocol):
+    def __call__(self, fn: Callable[[], object], timeout: float) -> bool: ...
+
+
+def _written(span: ReadableSpan, writes: Writes) -> ReadableSpan:
+    ctx = ids_of(span)[0]
+    found = writes.get(ctx[SPAN_ID]) if ctx is not None else None
+    if found is None:
+        return span
+    try:
+        return enrich(span, *found)
+    except Exception:
+        logger.exception("ragtrace: enriching a span failed; forwarded unscored")
+        return span

@@ -1,0 +1,381 @@
+"""The app's side of `worker="process"`: the scoring process, and the judging that ships traces to it.
+
+In CPython the scoring thread's Python work holds the app's GIL (see docs/overhead.md). With
+`worker="process"` the app's process keeps only what must stay there: it holds the spans of sampled traces,
+ships each closed RAG trace to a child process as plain data, and writes the child's findings onto the
+spans it releases. Capture, per-scorer sampling, admission, redaction, judging and scoring run in the
+child (`child.py`), under a GIL of its own.
+
+The child is `python -m ragtrace.live.scoring_process.child`, not a multiprocessing child: the spawn
+method re-imports the app's main module, and fork copies a threaded process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from ragtrace.live.pipeline import Pipeline
+from ragtrace.live.scoring_process.protocol import (
+    HEADER,
+    Answers,
+    ChildSettings,
+    events_of,
+    frame,
+    importable_pickle,
+    plain_traces,
+)
+from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef
+from ragtrace.live.worker import ScoringWorker
+
+logger = logging.getLogger(__name__)
+
+# The app's process gives the scoring process this long beyond `score_deadline` (after which the child
+# answers with a timeout itself) before it releases a trace unscored.
+GRACE_S = 2.0
+# A scoring process that exits is started again after 1 s, then after twice as long each time it fails
+# again, up to this (a judge that cannot be imported should not cost a process start every tick).
+RESTART_MAX_S = 60.0
+# A trace out at the scoring process waits for one answer, for the whole trace: its samples are not
+# known in the app's process.
+WHOLE_TRACE = SampleRef(target=0, names=(), retriever="")
+
+
+def _child_environment() -> dict[str, str]:
+    """The app's environment, with the app's own path (so that `-m` finds the same ragtrace; sys.path
+    itself follows), and with tracing off: the scoring process is not an app to trace or score, and an
+    `opentelemetry-instrument` hook there would install ragtrace, which would start a scoring process."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        "RAGTRACE_ENABLED": "false",
+        "OTEL_SDK_DISABLED": "true",
+    }
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether `fd` has data (or end of file) within `timeout` seconds. poll(), not select(): an app with
+    many open files gives the pipe a descriptor above select()'s limit of 1024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout * 1000))
+
+
+class ScoringProcess:
+    """The child process and its pipes, seen from the app. `send` ships traces; `receive` returns the
+    answers that arrived. Both run on the processor's worker thread, at its ticks: the app's process has
+    no thread of its own waiting on the child, since each wake-up of a thread costs the app CPU and GIL.
+    `alive` turns False for good when the child exits or a pipe breaks."""
+
+    def __init__(self, settings: ChildSettings, command: Sequence[str] | None = None) -> None:
+        """`command` runs the child, which gets its two pipes' descriptors as its last two arguments
+        (default: this interpreter running `ragtrace.live.scoring_process.child`)."""
+        self._settings = importable_pickle(settings)
+        self._command = list(command or (sys.executable, "-m", "ragtrace.live.scoring_process.child"))
+        self._process: subprocess.Popen[bytes] | None = None
+        # Plain file descriptors, no file objects: a forked copy of the app closes its copies without
+        # flushing anything into the parent's pipe.
+        self._to_child: int | None = None
+        self._from_child: int | None = None
+        self._received = bytearray()
+        self._stopping = False
+        self.alive = False
+
+    def start(self) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                [*self._command, str(to_child_r), str(from_child_w)],
+                pass_fds=(to_child_r, from_child_w),
+                stdin=subprocess.DEVNULL,
+                env=_child_environment(),
+            )
+        except BaseException:
+            for fd in (to_child_w, from_child_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self._to_child, self._from_child = to_child_w, from_child_r
+        self.alive = True
+        # sys.path first, so that the settings (your judge's class, say) unpickle in the child
+        if not (self._send(pickle.dumps(list(sys.path))) and self._send(pickle.dumps(self._settings))):
+            raise RuntimeError(f"ragtrace: the scoring process did not start (exit code {self.code})")
+
+    def send(self, traces: Sequence[Sequence[ReadableSpan]]) -> bool:
+        """Ship closed traces; False when the child is gone (the caller forwards them unscored). Raises
+        when a trace does not pickle, before anything is written."""
+        if not self.alive:
+            return False
+        return self._send(pickle.dumps(plain_traces(traces), protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _send(self, data: bytes) -> bool:
+        fd = self._to_child
+        if fd is None:
+            return False
+        view = memoryview(frame(data))
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+            return True
+        except OSError:  # the child exited (broken pipe)
+            self._lost()
+            return False
+
+    def receive(self, timeout: float = 0.0) -> list[Answers]:
+        """The answers that arrived, waiting up to `timeout` seconds for the first."""
+        fd = self._from_child
+        if fd is None:
+            return []
+        answers: list[Answers] = []
+        wait = max(timeout, 0.0)
+        while True:
+            try:
+                ready = _readable(fd, wait)
+                chunk = os.read(fd, 1 << 20) if ready else b""
+            except (OSError, ValueError):
+                chunk, ready = b"", True
+            if not ready:
+                return answers
+            if not chunk:  # end of file: the child exited
+                self._lost()
+                return answers
+            self._received += chunk
+            try:
+                answers.extend(self._complete_frames())
+            except Exception:  # a garbled stream: this child cannot be trusted any more
+                logger.exception("ragtrace: an answer of the scoring process could not be read")
+                if self._process is not None:
+                    self._process.kill()
+                self._lost()
+                return answers
+            wait = 0.0  # then take whatever else is there already, without waiting
+
+    def _complete_frames(self) -> list[Answers]:
+        frames: list[Answers] = []
+        buffer = self._received
+        while len(buffer) >= HEADER.size:
+            (size,) = HEADER.unpack_from(buffer)
+            if len(buffer) < HEADER.size + size:
+                break
+            frames.append(pickle.loads(bytes(buffer[HEADER.size : HEADER.size + size])))
+            del buffer[: HEADER.size + size]
+        return frames
+
+    def _lost(self) -> None:
+        if self.alive and not self._stopping:
+            if self._process is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._process.wait(0.5)  # for its exit code
+            logger.error("ragtrace: the scoring process exited (code %s); its traces are forwarded unscored",
+                         self.code)
+        self.alive = False
+
+    def restart(self) -> None:
+        """Let the old child go (killed if it still runs) and start a new one with the same settings."""
+        self.stop(timeout=1.0)
+        self._received = bytearray()
+        self._stopping = False
+        self.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def answers_fd(self) -> int | None:
+        """The descriptor the answers arrive on (polled, so it may be above select()'s 1024)."""
+        return self._from_child
+
+    @property
+    def code(self) -> int | None:
+        return self._process.poll() if self._process is not None else None
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Close the pipe (the child finishes what it holds and exits); kill it after `timeout`. Answers
+        that still arrive are read and dropped, so that the child never blocks writing them."""
+        self._stopping = True
+        self.alive = False
+        to_child, self._to_child = self._to_child, None
+        if to_child is not None:
+            os.close(to_child)
+        process, from_child = self._process, self._from_child
+        deadline = time.monotonic() + timeout
+        while process is not None and process.poll() is None and time.monotonic() < deadline:
+            if from_child is not None:
+                try:
+                    if _readable(from_child, 0.05) and not os.read(from_child, 1 << 20):
+                        from_child = None  # the child closed its end
+                except OSError:
+                    from_child = None
+            else:
+                time.sleep(0.05)
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout)
+        fd, self._from_child = self._from_child, None
+        if fd is not None:
+            os.close(fd)
+
+    def abandon(self) -> None:
+        """In a forked copy of the app: let go of the parent's child without writing to it or stopping it."""
+        for fd in (self._from_child, self._to_child):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._to_child = self._from_child = self._process = None
+        self.alive = False
+
+
+
+class ProcessJudging:
+    """`Judging` in the scoring process: closed traces are parked in the store and shipped once a tick;
+    each answer releases its trace with the child's writes. A lost child's traces are released unscored
+    (counted as errors) and a new child is started, backing off while starts keep failing."""
+
+    def __init__(self, pipeline: Pipeline, worker: ScoringWorker, *, closed: Callable[[], bool]) -> None:
+        self._pipeline = pipeline
+        self._options = options = pipeline.options
+        self._store, self._counts = pipeline.store, pipeline.counts
+        self._worker = worker
+        self._closed = closed
+        self._outbox: list[PendingTrace] = []  # closed traces for this tick's message (worker thread only)
+        self._restart_at, self._backoff = 0.0, 1.0
+        settings = ChildSettings(
+            judge=options.judge, scorers=tuple(options.scorers or ()), sampler=options.sampler,
+            target=options.target, score_deadline=options.score_deadline, max_queue=options.max_queue,
+            concurrency=options.concurrency, redactor=options.redactor, extractor=options.extractor,
+            reason_max_chars=options.reason_max_chars, record_metrics=options.metrics is not None,
+        )
+        try:
+            self.process = ScoringProcess(settings)
+        except Exception as exc:
+            raise ValueError(
+                "worker='process' sends the judge, scorers, sampler, redactor and extractor to the scoring "
+                f"process, and they must pickle: {type(exc).__name__}: {exc}"
+            ) from exc
+        self.process.start()
+
+    @property
+    def depth(self) -> int:
+        return self._store.pending_traces
+
+    def take(self, trace: OpenTrace) -> None:
+        """Park a closed trace and put it in this tick's message to the scoring process."""
+        spans = trace.spans
+        first = spans[0]
+        assert first.context is not None  # only spans with a context are ever held
+        if self._store.pending_traces >= self._options.max_queue:
+            self._counts.add("queue_full")
+            self._pipeline.pass_through(trace)
+            return
+        pending = PendingTrace(
+            trace_id=first.context.trace_id,
+            spans=spans,
+            deadline=time.monotonic() + self._options.score_deadline + GRACE_S,
+            resource=first.resource,
+            trace_flags=first.context.trace_flags,
+            waiting={0: WHOLE_TRACE},
+        )
+        if not self._store.put_pending(pending.trace_id, pending):
+            self._counts.add("queue_full")
+            self._pipeline.pass_through(trace)
+            return
+        self._outbox.append(pending)
+
+    def ship(self) -> None:
+        """Send this tick's closed traces in one message; if the scoring process is gone, release them."""
+        if not self._outbox:
+            return
+        outbox, self._outbox = self._outbox, []
+        try:
+            unsent = [] if self.process.send([pending.spans for pending in outbox]) else outbox
+        except Exception:  # a trace that does not encode (a foreign span, say): find it, send the others
+            unsent = []
+            for pending in outbox:
+                try:
+                    if not self.process.send([pending.spans]):
+                        unsent.append(pending)
+                except Exception as exc:
+                    logger.warning("ragtrace: a trace could not be sent for scoring (%s: %s); forwarded unscored",
+                                   type(exc).__name__, exc)
+                    unsent.append(pending)
+        for pending in unsent:
+            recorded = self._store.record(pending.trace_id, 0, None)
+            if recorded is not None:
+                self._counts.add("error")
+                self._pipeline.emit(recorded[1].spans)
+
+    def tick(self) -> bool:
+        """Take the scoring process's answers. If it is gone, release what it had unscored (counted as
+        errors) and start a new one. True while the process is lost."""
+        process = self.process
+        for answers in process.receive():
+            self._answers(answers)
+        if process.alive:
+            return False
+        for pending in self._store.pop_expired(time.monotonic(), everything=True):
+            self._counts.add("error")
+            self._pipeline.emit(pending.spans)
+        now = time.monotonic()
+        if self._closed() or now < self._restart_at:
+            return True
+        self._restart_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, RESTART_MAX_S)
+        try:
+            process.restart()
+            logger.warning("ragtrace: started a new scoring process")
+        except Exception:
+            logger.exception("ragtrace: starting a new scoring process failed")
+        return True
+
+    def wait(self, deadline: float) -> None:
+        self._worker.call(lambda: self._drain(deadline), deadline - time.monotonic())
+
+    def _drain(self, deadline: float) -> None:
+        """Flush (worker thread): take the scoring process's answers until nothing waits or `deadline`."""
+        while self._store.pending_traces and self.process.alive and (left := deadline - time.monotonic()) > 0:
+            for answers in self.process.receive(min(left, 0.05)):
+                self._answers(answers)
+
+    def _answers(self, answers: Answers) -> None:
+        """The scoring process answered (worker thread): replay metrics; count, write and release traces."""
+        self._backoff = 1.0  # it works: a later loss restarts it soon again
+        metrics = self._options.metrics
+        if metrics is not None:
+            for name, args in answers.metric_calls:
+                try:
+                    getattr(metrics, name)(*args)
+                except Exception:
+                    logger.exception("ragtrace: metrics.%s failed", name)
+        for answer in answers.traces:
+            recorded = self._store.record(answer.trace_id, 0, None)
+            if recorded is None:  # released already (deadline, flush) and counted as a timeout then
+                continue
+            self._counts.add_all(answer.decisions, answer.capture)
+            writes = {span_id: (attrs, events_of(events)) for span_id, attrs, events in answer.writes}
+            self._pipeline.emit_with_writes(recorded[1].spans, writes)
+
+    def time_out(self, pending: PendingTrace) -> None:
+        """A trace out at the scoring process: its samples are not known here, it counts one timeout."""
+        if pending.waiting:
+            self._counts.add("timeout")
+        pending.waiting = {}
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def abandon(self) -> None:
+        """In a forked copy of the app: the parent's scoring process answers the parent only."""
+        self.process.abandon()

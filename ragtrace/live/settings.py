@@ -1,0 +1,173 @@
+"""`RagtraceSettings`: the live-scoring settings, from `RAGTRACE_*` env vars, with one way to override them.
+
+`scoring_options` turns settings (plus the judge and the keyword options of `install()`) into the
+arguments of `RagScoringSpanProcessor` / `RagScoringSpanExporter`: the one place overrides are merged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from opentelemetry.metrics import MeterProvider
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ragtrace.judges.base import Judge
+from ragtrace.judges.resolve import is_local_judge, resolve_judge
+from ragtrace.live.drift import DriftMetrics, DriftMonitor
+from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.options import Mode, Target, WorkerKind
+from ragtrace.live.redaction import Redactor
+from ragtrace.live.sampling import Sampler
+from ragtrace.scoring import SCORERS
+
+logger = logging.getLogger(__name__)
+
+ENV_PREFIX = "RAGTRACE_"
+# The local judge is CPU work (~0.35 s a sample) on the app's own cores: one sample at a time unless
+# asked otherwise (the gateway, a process of its own, keeps the default).
+LOCAL_JUDGE_CONCURRENCY = 1
+
+Placement = Literal["auto", "exporter", "processor"]
+
+
+class RagtraceSettings(BaseModel):
+    """Live-scoring settings; `from_env()` reads each field from `RAGTRACE_<FIELD>` (e.g. RAGTRACE_SAMPLE_RATE)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    judge: str = Field("local", min_length=1, description="'local' or a litellm model, e.g. openai/gpt-4o-mini")
+    judge_api_base: str | None = None
+    sample_rate: float = Field(0.1, ge=0.0, le=1.0)
+    mode: Mode = "enrich"
+    worker: WorkerKind | None = Field(
+        None,
+        description="score in a thread of the app's process, or in a scoring process of its own; default: "
+        "the process in enrich mode (scoring then leaves the app's GIL), the thread in link mode",
+    )
+    placement: Placement = Field(
+        "auto",
+        description="install(): 'exporter' behind the provider's BatchSpanProcessor (the app's threads run no "
+        "ragtrace code), 'processor' in front of its processors; 'auto': behind when it has exactly one",
+    )
+    target: Target = "retrieval"
+    scorers: tuple[str, ...] = ("context_precision", "context_relevance", "context_recall")
+    max_queue: int = Field(1000, ge=1)
+    max_held_spans: int = Field(50_000, ge=1)
+    max_open_traces: int = Field(10_000, ge=1)
+    concurrency: int = Field(8, ge=1)
+    score_deadline: float = Field(30.0, gt=0)
+    max_trace_wait: float = Field(30.0, gt=0)
+    evaluations_per_minute: float | None = Field(None, gt=0)
+    daily_token_budget: int | None = Field(None, ge=0)
+    daily_usd_budget: float | None = Field(None, ge=0)
+    redact: bool = True
+    reason_max_chars: int = Field(500, ge=1)
+    drift: bool = True
+    drift_interval: float = Field(30.0, gt=0, description="seconds between drift checks")
+
+    @field_validator("scorers", mode="before")
+    @classmethod
+    def _split_scorers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
+    @field_validator("scorers")
+    @classmethod
+    def _known_scorers(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [v for v in value if v not in SCORERS]
+        if unknown:
+            raise ValueError(f"unknown scorer(s) {unknown}; choose from {sorted(SCORERS)}")
+        if not value:
+            raise ValueError(f"at least one scorer is needed; choose from {sorted(SCORERS)}")
+        return value
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> RagtraceSettings:
+        """Read `RAGTRACE_*` variables (unset or empty means the default). Raises ValueError naming the
+        variable, the problem and the value for anything that does not parse."""
+        env = os.environ if environ is None else environ
+        raw = {
+            name: value.strip()
+            for name in cls.model_fields
+            if (value := env.get(ENV_PREFIX + name.upper())) is not None and value.strip()
+        }
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors():
+                field = str(error["loc"][0]) if error["loc"] else "?"
+                shown = raw.get(field, "")
+                problems.append(f"{ENV_PREFIX}{field.upper()}={shown!r}: {error['msg']}")
+            raise ValueError("invalid ragtrace settings: " + "; ".join(problems)) from None
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> RagtraceSettings:
+        """These settings with some fields replaced, checked like the env vars would be."""
+        if not overrides:
+            return self
+        return type(self).model_validate({**self.model_dump(exclude_unset=True), **overrides})
+
+    def processor_options(self) -> dict[str, Any]:
+        """The `ScoringOptions` keyword arguments these settings stand for (judge and metrics excluded;
+        `worker` only when chosen: the pieces' own default is the thread)."""
+        options: dict[str, Any] = {
+            "scorers": [SCORERS[name]() for name in self.scorers],
+            "sampler": Sampler(
+                self.sample_rate,
+                evaluations_per_minute=self.evaluations_per_minute,
+                daily_token_budget=self.daily_token_budget,
+                daily_usd_budget=self.daily_usd_budget,
+            ),
+            "mode": self.mode,
+            "target": self.target,
+            "max_trace_wait": self.max_trace_wait,
+            "score_deadline": self.score_deadline,
+            "max_queue": self.max_queue,
+            "max_held_spans": self.max_held_spans,
+            "max_open_traces": self.max_open_traces,
+            "concurrency": self.concurrency,
+            "redactor": Redactor() if self.redact else None,
+            "reason_max_chars": self.reason_max_chars,
+        }
+        if self.worker is not None:
+            options["worker"] = self.worker
+        return options
+
+    def build_metrics(self, meter_provider: MeterProvider | None = None) -> RagtraceMetrics:
+        """The processor's metrics; with `drift` on, they also feed a scheduled DriftMonitor."""
+        if not self.drift:
+            return RagtraceMetrics(meter_provider)
+        monitor = DriftMonitor(interval=self.drift_interval, meter_provider=meter_provider)
+        return DriftMetrics(meter_provider, monitor=monitor.start())
+
+
+def scoring_options(
+    settings: RagtraceSettings | None,
+    judge: str | Judge | None,
+    meter_provider: MeterProvider | None,
+    options: dict[str, Any],
+) -> tuple[RagtraceSettings, dict[str, Any]]:
+    """Settings (default: `RAGTRACE_*`) with the RagtraceSettings fields among `options` applied, and the
+    scoring keyword arguments they stand for: judge, metrics, then the other `options` (scoring arguments
+    such as `sampler` or `tick_interval`) last. Nothing is built when the settings disable ragtrace."""
+    settings = settings if settings is not None else RagtraceSettings.from_env()
+    overrides = {name: options.pop(name) for name in list(options) if name in RagtraceSettings.model_fields}
+    concurrency_chosen = "concurrency" in settings.model_fields_set or "concurrency" in overrides
+    settings = settings.with_overrides(overrides)  # e.g. sample_rate=1.0, checked like the env var
+    if not settings.enabled:
+        logger.info("ragtrace: disabled by settings (RAGTRACE_ENABLED=false)")
+        return settings, {}
+    spec = settings.judge if judge is None else judge
+    kwargs = settings.processor_options()
+    kwargs["worker"] = settings.worker or ("process" if settings.mode == "enrich" else "thread")
+    kwargs["judge"] = resolve_judge(spec, api_base=settings.judge_api_base)
+    if is_local_judge(spec) and not concurrency_chosen:
+        kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
+    kwargs["metrics"] = settings.build_metrics(meter_provider)
+    kwargs.update(options)
+    return settings, kwargs
