@@ -72,36 +72,55 @@ def scored_provider(
 
 def report(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
     """What ragtrace read from the trace and the scores it wrote onto the exported retrieval span."""
-    [captured] = extract_samples(spans)
-    scored = next(s for s in spans if s.context and s.context.span_id == captured.retrieval_span_id)
-    attrs = dict(scored.attributes or {})
-    result = {
-        "convention": captured.convention,
-        "retrieval_span": scored.name,
-        "query": captured.sample.query,
-        "contexts": captured.sample.context_texts,
-        "response": captured.sample.response,
-        "status": attrs.get("ragtrace.eval.status"),
-        "scores": {
-            key.removeprefix("ragtrace.").removesuffix(SCORE_SUFFIX): value
-            for key, value in attrs.items()
-            if key.startswith("ragtrace.") and key.endswith(SCORE_SUFFIX)
-        },
-    }
-    print(f"[{result['convention']}] {result['retrieval_span']!r}: {result['status']}")
-    print(f"  query:    {result['query']}")
-    for rank, text in enumerate(result["contexts"], 1):
-        print(f"  context {rank}: {text}")
-    print(f"  response: {result['response']}")
-    for name, score in result["scores"].items():
-        print(f"  {name:18} {score:.2f}  {attrs.get(f'ragtrace.{name}.label')}")
+    [result] = report_all(spans)
     return result
+
+
+def report_all(spans: Sequence[ReadableSpan]) -> list[dict[str, Any]]:
+    """`report` for a trace with several retrievals: one result per sample, in retrieval order."""
+    by_id = {s.context.span_id: s for s in spans if s.context is not None}
+    results = []
+    for captured in extract_samples(spans):
+        scored = by_id[captured.retrieval_span_id]
+        generation = by_id.get(captured.generation_span_id or 0)
+        attrs = dict(scored.attributes or {})
+        result = {
+            "convention": captured.convention,
+            "retrieval_span": scored.name,
+            "retrieval_span_id": captured.retrieval_span_id,
+            "generation_span": generation.name if generation is not None else None,
+            "pairing": captured.pairing,
+            "query": captured.sample.query,
+            "contexts": captured.sample.context_texts,
+            "response": captured.sample.response,
+            "status": attrs.get("ragtrace.eval.status"),
+            "scores": {
+                key.removeprefix("ragtrace.").removesuffix(SCORE_SUFFIX): value
+                for key, value in attrs.items()
+                if key.startswith("ragtrace.") and key.endswith(SCORE_SUFFIX)
+            },
+        }
+        print(f"[{result['convention']}] {result['retrieval_span']!r}: {result['status']}")
+        print(f"  query:    {result['query']}")
+        for rank, text in enumerate(result["contexts"], 1):
+            print(f"  context {rank}: {text}")
+        print(f"  response: {result['response']}  (from {result['generation_span']!r}, paired by {result['pairing']})")
+        for name, score in result["scores"].items():
+            print(f"  {name:18} {score:.2f}  {attrs.get(f'ragtrace.{name}.label')}")
+        results.append(result)
+    return results
 
 
 def finish(provider: TracerProvider, memory: InMemorySpanExporter) -> dict[str, Any]:
     """Flush (scoring what is held), report, shut down."""
+    [result] = finish_all(provider, memory)
+    return result
+
+
+def finish_all(provider: TracerProvider, memory: InMemorySpanExporter) -> list[dict[str, Any]]:
+    """`finish` for a trace with several retrievals."""
     try:
         provider.force_flush(30_000)
-        return report(memory.get_finished_spans())
+        return report_all(memory.get_finished_spans())
     finally:
         provider.shutdown()

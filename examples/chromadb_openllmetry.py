@@ -21,6 +21,7 @@ import chromadb
 from _pipeline import Placement, finish, scored_provider
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings
 from opentelemetry.instrumentation.chromadb import ChromaInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 from ragtrace.instrument import generation_span
 from ragtrace.judges.base import Judge
@@ -68,6 +69,12 @@ def main(
     endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
 ) -> dict[str, Any]:
     provider, memory = scored_provider("chromadb-app", endpoint=endpoint, judge=judge, placement=placement)
+    run(provider)
+    return finish(provider, memory)
+
+
+def run(provider: TracerProvider) -> None:
+    """The instrumented app, traced through `provider`."""
     instrumentor = ChromaInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
@@ -77,7 +84,6 @@ def main(
         answer(collection, provider.get_tracer("chromadb-app"), QUESTION)
     finally:
         instrumentor.uninstrument()
-    return finish(provider, memory)
 
 
 if __name__ == "__main__":

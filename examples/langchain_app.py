@@ -4,21 +4,13 @@ a prompt, and a fake chat model. The OpenInference and OpenLLMetry examples trac
 
 from __future__ import annotations
 
+from _handbook import ANSWER, HANDBOOK, QUESTION
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import Runnable, RunnablePassthrough
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStoreRetriever
-
-QUESTION = "How long is the warranty on the X200 kettle?"
-ANSWER = "The X200 kettle has a two-year warranty."
-HANDBOOK = [
-    "The X200 kettle has a two-year warranty.",
-    "Returns are accepted within 30 days of purchase.",
-    "The X200 kettle boils one litre in three minutes.",
-    "Our support line is open on weekdays.",
-]
 
 
 def build_retriever(k: int = 3) -> VectorStoreRetriever:

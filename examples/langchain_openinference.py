@@ -14,6 +14,7 @@ from typing import Any
 from _pipeline import Placement, finish, scored_provider
 from langchain_app import QUESTION, build_chain
 from openinference.instrumentation.langchain import LangChainInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 from ragtrace.judges.base import Judge
 
@@ -22,13 +23,18 @@ def main(
     endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
 ) -> dict[str, Any]:
     provider, memory = scored_provider("langchain-openinference", endpoint=endpoint, judge=judge, placement=placement)
+    run(provider)
+    return finish(provider, memory)
+
+
+def run(provider: TracerProvider) -> None:
+    """The instrumented app, traced through `provider`."""
     instrumentor = LangChainInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
         build_chain().invoke(QUESTION)
     finally:
         instrumentor.uninstrument()  # instrumentors patch LangChain globally
-    return finish(provider, memory)
 
 
 if __name__ == "__main__":

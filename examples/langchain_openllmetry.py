@@ -16,6 +16,7 @@ from _pipeline import Placement, finish, scored_provider
 from langchain_app import QUESTION, build_chain
 from langchain_core.callbacks import BaseCallbackManager
 from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 from ragtrace.judges.base import Judge
 
@@ -36,13 +37,18 @@ def main(
     endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
 ) -> dict[str, Any]:
     provider, memory = scored_provider("langchain-openllmetry", endpoint=endpoint, judge=judge, placement=placement)
+    run(provider)
+    return finish(provider, memory)
+
+
+def run(provider: TracerProvider) -> None:
+    """The instrumented app, traced through `provider`."""
     instrumentor = LangchainInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
         build_chain().invoke(QUESTION)
     finally:
         uninstrument(instrumentor)  # instrumentors patch LangChain globally
-    return finish(provider, memory)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from _chat_server import reply_json, serve
 from _pipeline import finish, scored_provider
 
 from ragtrace.instrument import generation_span, retrieval_span
@@ -53,32 +51,16 @@ class JudgeModel(BaseHTTPRequestHandler):
         request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         prompt = next(m["content"] for m in request["messages"] if m["role"] == "user")
         content = json.dumps(grade(prompt))
-        body = json.dumps({
+        reply_json(self, {
             "id": "chatcmpl-judge", "object": "chat.completion", "created": 0, "model": request["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4,
                       "total_tokens": (len(prompt) + len(content)) // 4},
-        }).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-@contextmanager
-def local_judge_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), JudgeModel)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+        })
 
 
 def main(endpoint: str | None = None) -> dict[str, Any]:
-    with local_judge_server() as api_base:
+    with serve(JudgeModel) as api_base:
         # the same as RAGTRACE_JUDGE=openai/local-judge RAGTRACE_JUDGE_API_BASE=<api_base>
         judge = LLMJudge("openai/local-judge", api_base=api_base, api_key="unused", max_retries=0)
         provider, memory = scored_provider("llm-judge-app", endpoint=endpoint, judge=judge)

@@ -1,7 +1,7 @@
 """The OpenAI Python client traced by opentelemetry-instrumentation-openai-v2, with the retrieval step
 recorded by ragtrace's own `retrieval_span` helper, scored live.
 
-The chat completion goes to a tiny OpenAI-compatible server on 127.0.0.1 started here (no API key, no
+The chat completion goes to a tiny OpenAI-compatible server on 127.0.0.1 (`_chat_server`: no API key, no
 network). openai-v2 writes `gen_ai.output.messages` on its chat span only with message content capture
 on: `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only` (the latest GenAI conventions, which
 opentelemetry-util-genai >= 1.0 always uses; `true` is the value for the older v1.30 path).
@@ -11,19 +11,16 @@ opentelemetry-util-genai >= 1.0 always uses; `true` is the value for the older v
 
 from __future__ import annotations
 
-import json
 import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
 
+from _chat_server import local_chat_server
 from _pipeline import Placement, finish, scored_provider
 from openai import OpenAI
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+from opentelemetry.sdk.trace import TracerProvider
 
 from ragtrace.instrument import retrieval_span
 from ragtrace.judges.base import Judge
@@ -35,38 +32,6 @@ DOCUMENTS = [
     {"id": "eiffel-2", "score": 0.55, "content": "The tower is 330 metres tall."},
     {"id": "louvre-1", "score": 0.12, "content": "The Louvre is the world's most visited museum."},
 ]
-
-
-class ChatCompletions(BaseHTTPRequestHandler):
-    """Answers every POST /v1/chat/completions with ANSWER, as an OpenAI-compatible server would."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        body = json.dumps({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": request["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": ANSWER}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49},
-        }).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-@contextmanager
-def local_openai_server() -> Iterator[str]:
-    """An OpenAI-compatible server on a free port of 127.0.0.1; yields its base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ChatCompletions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def answer(client: OpenAI, tracer: Any, question: str) -> str:
@@ -90,15 +55,20 @@ def main(
     endpoint: str | None = None, judge: str | Judge = "local", placement: Placement = "processor"
 ) -> dict[str, Any]:
     provider, memory = scored_provider("openai-app", endpoint=endpoint, judge=judge, placement=placement)
+    run(provider)
+    return finish(provider, memory)
+
+
+def run(provider: TracerProvider) -> None:
+    """The instrumented app, traced through `provider`."""
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
-        with local_openai_server() as base_url:
+        with local_chat_server({QUESTION: ANSWER}) as base_url:
             client = OpenAI(base_url=base_url, api_key="not-needed", max_retries=0)
             answer(client, provider.get_tracer("openai-app"), QUESTION)
     finally:
         instrumentor.uninstrument()
-    return finish(provider, memory)
 
 
 if __name__ == "__main__":

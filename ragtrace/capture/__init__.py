@@ -1,8 +1,8 @@
 """Capture: span conventions in, RagSamples out. Reads ReadableSpans; no I/O."""
 
-from ragtrace.capture.pairing import CaptureStart, capture_start, extract_samples
+from ragtrace.capture.pairing import CaptureStart, capture_start, extract_samples, report_traces
 from ragtrace.capture.readers import span_role
-from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor
+from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor, SpanVerdict, TraceReport
 from ragtrace.capture.values import DEFAULT_LIMITS, CaptureLimits
 
 __all__ = [
@@ -12,7 +12,10 @@ __all__ = [
     "CaptureStats",
     "CapturedSample",
     "Extractor",
+    "SpanVerdict",
+    "TraceReport",
     "capture_start",
     "extract_samples",
+    "report_traces",
     "span_role",
 ]

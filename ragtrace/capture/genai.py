@@ -10,6 +10,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace.capture import openllmetry
 from ragtrace.capture.values import (
     Attrs,
     CaptureLimits,
@@ -56,7 +57,8 @@ def _attribute(span: ReadableSpan, attrs: Attrs, key: str) -> Any:
 
 
 def documents_from(items: list[Any], limits: CaptureLimits, notes: set[str]) -> list[Document]:
-    """`{id, score, content}` objects (or bare strings) to Documents, rank order kept, capped."""
+    """`{id, score, content}` objects (or bare strings, or a framework's serialized documents) to Documents,
+    rank order kept, capped."""
     if len(items) > limits.max_documents:
         notes.add("too_many_documents")
         items = items[: limits.max_documents]
@@ -74,10 +76,16 @@ def documents_from(items: list[Any], limits: CaptureLimits, notes: set[str]) -> 
             if isinstance(value, str):
                 content = value
                 break
-        if content is None:
+        if content is None:  # a framework's own serialized document (LlamaIndex NodeWithScore / TextNode)
+            native = openllmetry.document_fields(item, limits)
+            if native is not None:
+                documents.append(Document(content=native["page_content"], id=as_id(native.get("id")),
+                                          score=as_number(native.get("score"))))
+                continue
             notes.add("document_without_content")
             continue
-        documents.append(Document(content=content, id=as_id(item.get("id")), score=as_number(item.get("score"))))
+        doc_id = as_id(item.get("id", item.get("id_")))  # `id_`: a LlamaIndex TextNode
+        documents.append(Document(content=content, id=doc_id, score=as_number(item.get("score"))))
     return documents
 
 

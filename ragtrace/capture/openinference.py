@@ -18,6 +18,7 @@ from ragtrace.capture.values import (
     maybe_json,
     query_from,
     response_from,
+    role_name,
 )
 from ragtrace.scoring import Document
 
@@ -27,6 +28,21 @@ INPUT_VALUE = "input.value"
 OUTPUT_VALUE = "output.value"
 INPUT_MESSAGES_PREFIX = "llm.input_messages."
 OUTPUT_MESSAGES_PREFIX = "llm.output_messages."
+PROMPT_TEMPLATE = "llm.prompt_template.template"
+# Signs that a model ran: what it said, which model it was, what it cost. A span tagged LLM that has a
+# prompt template and none of these rendered a prompt (Haystack's PromptBuilder) and is no generation.
+MODEL_SIGNS = (
+    "llm.output_messages.0.message.content",
+    "llm.output_messages.0.message.role",
+    "llm.output_messages.0.message.contents.0.message_content.text",
+    "llm.model_name",
+    "llm.token_count.completion",
+)
+
+
+def is_prompt_step(attrs: Attrs) -> bool:
+    """An LLM-kind span that built a prompt rather than calling a model (constant-time lookups)."""
+    return PROMPT_TEMPLATE in attrs and not any(key in attrs for key in MODEL_SIGNS)
 
 
 def input_query(attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> str | None:
@@ -82,7 +98,7 @@ def _message_text(group: dict[str, Any]) -> str | None:
 def user_message(attrs: Attrs) -> str | None:
     last: str | None = None
     for group in indexed(attrs, INPUT_MESSAGES_PREFIX):
-        if str(group.get("message.role", "")).lower() == "user":
+        if role_name(group.get("message.role", "")) == "user":
             text = as_text(_message_text(group))
             if text is not None:
                 last = text
@@ -92,7 +108,7 @@ def user_message(attrs: Attrs) -> str | None:
 def read_response(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> str:
     response: str | None = None
     for group in indexed(attrs, OUTPUT_MESSAGES_PREFIX):
-        if str(group.get("message.role", "assistant")).lower() in ("assistant", "ai", "model"):
+        if role_name(group.get("message.role", "assistant")) in ("assistant", "ai", "model"):
             response = _message_text(group)
             if response is not None:
                 break

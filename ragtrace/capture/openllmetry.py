@@ -3,7 +3,8 @@
 Two shapes carry retrieved documents:
 - a `traceloop.span.kind = task` (or `tool`) span whose `traceloop.entity.output` JSON holds
   documents: LangChain's serialized Documents (`{"lc": 1, ..., "kwargs": {"page_content": ...}}`),
-  plain `{"page_content": ...}` objects, or, for a span named like a retriever, a list of strings;
+  plain `{"page_content": ...}` objects, LlamaIndex `NodeWithScore` / `TextNode` JSON, Haystack
+  `Document` dicts, or, for a span named like a retriever, a list of strings;
 - a vector-DB client span (`db.system` chroma, pinecone, qdrant, ...) with one `db.query.result`
   event per hit (`db.query.result.document`, `.id`, `.score`, `.distance`, `.metadata`).
 LLM spans use the GenAI attributes (`gen_ai.completion.{i}.content`, `gen_ai.output.messages`), read by
@@ -64,12 +65,17 @@ def _names(span: ReadableSpan, attrs: Attrs) -> str:
     return f"{span.name or ''} {entity if isinstance(entity, str) else ''}".lower()
 
 
+def is_named_retriever(span: ReadableSpan, attrs: Attrs) -> bool:
+    """A span or entity named like a retriever (`VectorIndexRetriever.task`, `vector_db_retrieve ...`)."""
+    return any(word in _names(span, attrs) for word in RETRIEVER_WORDS)
+
+
 def is_retriever_task(span: ReadableSpan, attrs: Attrs) -> bool:
     """A task/tool span named like a retriever, or whose output JSON starts with a `"page_content"` key.
 
     The quoted key, not the bare word: prompt spans quote documents as `page_content='...'` reprs.
     """
-    if any(word in _names(span, attrs) for word in RETRIEVER_WORDS):
+    if is_named_retriever(span, attrs):
         return True
     output = attrs.get(ENTITY_OUTPUT)
     return isinstance(output, str) and output.find('"page_content"', 0, SNIFF_CHARS) >= 0
@@ -92,10 +98,21 @@ def is_vector_query(span: ReadableSpan, attrs: Attrs) -> bool:
     return any(event.name == RESULT_EVENT for event in (span.events or ())[:4])
 
 
-def _document_fields(item: Any, limits: CaptureLimits) -> dict[str, Any] | None:
-    """The fields of a document-like item: `{page_content, metadata, id}` whatever the wrapping."""
-    if isinstance(item, str) and "page_content" in item:
-        item = maybe_json(item, limits)  # a pydantic model the encoder dumped to a JSON string
+def _node_text(node: dict[str, Any]) -> str | None:
+    """A LlamaIndex node's text: `text`, or `text_resource.text` in newer node schemas."""
+    if isinstance(node.get("text"), str):
+        return str(node["text"])
+    resource = node.get("text_resource")
+    return resource["text"] if isinstance(resource, dict) and isinstance(resource.get("text"), str) else None
+
+
+def document_fields(item: Any, limits: CaptureLimits) -> dict[str, Any] | None:
+    """One serialized document as `{page_content, metadata, id, score}`, whatever framework wrote it:
+    LangChain `Document` (plain or its `Serializable.to_json()` `kwargs`), LlamaIndex `NodeWithScore`
+    (`{node: {id_, text}, score}`) or bare `TextNode`, Haystack `Document.to_dict()` (`{id, content, meta,
+    score}`). Items may be JSON strings (an encoder dumped a pydantic model); None for anything else."""
+    if isinstance(item, str) and item.lstrip().startswith("{"):
+        item = maybe_json(item, limits)
     if not isinstance(item, dict):
         return None
     if isinstance(item.get("page_content"), str):
@@ -103,6 +120,15 @@ def _document_fields(item: Any, limits: CaptureLimits) -> dict[str, Any] | None:
     kwargs = item.get("kwargs")  # LangChain's Serializable.to_json() form
     if isinstance(kwargs, dict) and isinstance(kwargs.get("page_content"), str):
         return kwargs
+    node = item.get("node")
+    if isinstance(node, dict) and "id_" in node and (text := _node_text(node)) is not None:  # NodeWithScore
+        return {"page_content": text, "id": node.get("id_"), "score": item.get("score"),
+                "metadata": node.get("metadata")}
+    if "id_" in item and (text := _node_text(item)) is not None:  # a bare TextNode
+        return {"page_content": text, "id": item.get("id_"), "metadata": item.get("metadata")}
+    if isinstance(item.get("content"), str) and "meta" in item and "role" not in item:  # Haystack Document
+        return {"page_content": item["content"], "id": item.get("id"), "score": item.get("score"),
+                "metadata": item.get("meta")}
     return None
 
 
@@ -112,7 +138,7 @@ def _is_document_list(value: list[Any], strings_ok: bool, limits: CaptureLimits)
     first = value[0]
     if isinstance(first, list | tuple) and first:  # (document, score) pairs
         first = first[0]
-    if _document_fields(first, limits) is not None:
+    if document_fields(first, limits) is not None:
         return True
     return strings_ok and all(isinstance(v, str) for v in value[:20])
 
@@ -145,11 +171,9 @@ def _to_document(item: Any, limits: CaptureLimits) -> Document | None:
     score: float | None = None
     if isinstance(item, list | tuple) and len(item) == 2:
         item, score = item[0], as_number(item[1])
-    if isinstance(item, str) and _document_fields(item, limits) is None:
-        return Document(content=item, score=score)
-    fields = _document_fields(item, limits)
+    fields = document_fields(item, limits)
     if fields is None:
-        return None
+        return Document(content=item, score=score) if isinstance(item, str) else None
     raw_metadata = fields.get("metadata")
     metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
     doc_id = as_id(fields.get("id")) or as_id(metadata.get("id"))

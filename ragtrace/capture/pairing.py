@@ -1,12 +1,20 @@
 """One trace's spans in, one CapturedSample per retrieval span out.
 
-Pairing rule (attributes.md): the generation that consumed a retrieval is the first generation span of
-the trace that starts at or after the retrieval ended, preferring one under the same parent. We read
-"under the same parent" as "closest in the tree": candidates are ranked by how far up from the
-retrieval their nearest common ancestor is (a sibling, sharing the parent, is nearest), then by start
-time. For flat traces this is exactly the rule; for nested frameworks (LangChain puts the retriever
-under a RunnableParallel and the LLM under the RunnableSequence above it) it still keeps two
-concurrent RAG chains of one trace apart.
+A generation is a span that produced model output; a prompt-building step is not, whatever kind its
+instrumentor gave it (readers.classify), and a generation that wraps another one (LlamaIndex's
+`predict` around `chat`, an OpenLLMetry task around its chat span) stands aside for the inner model call
+(whose answer is read from the wrapper when the call itself recorded none).
+
+Pairing: a retrieval goes to the generation that consumed it, as its input shows. Among the
+generations that start at or after the retrieval ended, the one whose input (prompt, messages, template
+variables) quotes the largest share of the retrieved texts wins ("contexts"); when none quotes any, the
+one whose input quotes the retrieval's query ("query"); a generation no other retrieval has claimed
+breaks ties, so k retrievals and k generations, interleaved in any order, pair one to one. Only when no
+input holds such evidence (content capture off, texts rewritten) does the time rule of attributes.md
+apply ("time"): the first generation that starts after the retrieval ended, preferring the closest in
+the tree (a sibling first; for nested frameworks the nearest common ancestor, which keeps concurrent
+chains of one trace apart). The rule used is recorded in the sample's metadata (`pairing`,
+`pairing_evidence`) and on the CapturedSample.
 
 The query is the retrieval's own, else the last user message of the paired generation, else the trace
 root's input. A retrieval with no generation is still a sample (empty response).
@@ -27,7 +35,7 @@ from typing import Any, Literal
 from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace.capture import openllmetry, readers
-from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor
+from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor, SpanVerdict, TraceReport
 from ragtrace.capture.values import (
     DEFAULT_LIMITS,
     CaptureLimits,
@@ -58,6 +66,20 @@ class _Node:
         return (self.start if self.start is not None else 0, self.order, self.span_id)
 
 
+# Texts shorter than this prove nothing when found in a prompt ("a", "yes").
+MIN_EVIDENCE_CHARS = 12
+# A retrieved text is looked for by its start: prompts may cut long contexts short.
+PROBE_CHARS = 300
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _probe(text: str) -> str:
+    return _normalised(text[: PROBE_CHARS * 2])[:PROBE_CHARS]
+
+
 def _int_or_none(value: Any) -> int | None:
     return value if type(value) is int else None  # not bool, not an int subclass with surprises
 
@@ -83,12 +105,31 @@ def _node(span: ReadableSpan, order: int) -> _Node | None:
 class _Trace:
     """The spans of one trace, indexed for pairing."""
 
-    def __init__(self, nodes: list[_Node]) -> None:
+    def __init__(self, nodes: list[_Node], limits: CaptureLimits = DEFAULT_LIMITS, explain: bool = False) -> None:
         self.nodes = nodes
         self.by_id = {n.span_id: n for n in nodes}
         self.root = self._root()
-        self.generations = [n for n in nodes if n.role == "generation"]
+        self.limits = limits
+        everything = [n for n in nodes if n.role == "generation"]
+        generation_ids = {n.span_id for n in everything}
+        # A generation with another generation below it wraps that model call: the inner one pairs.
+        self.wrapped: dict[int, _Node] = {}
+        self.wrappers: dict[int, list[_Node]] = {}  # a model call -> the generations around it, innermost first
+        for node in everything:
+            for up in self.ancestors(node):
+                if up in generation_ids:
+                    self.wrapped.setdefault(up, node)
+                    self.wrappers.setdefault(node.span_id, []).append(self.by_id[up])
+        self.generations = [n for n in everything if n.span_id not in self.wrapped]
+        self.claimed: set[int] = set()
         self._responses: dict[int, str] = {}
+        self._inputs: dict[int, str] = {}
+        # What was decided about each span, in words (explain only).
+        self.verdicts: dict[int, str] | None = {} if explain else None
+
+    def note(self, node: _Node, verdict: str) -> None:
+        if self.verdicts is not None:
+            self.verdicts.setdefault(node.span_id, verdict)
 
     def _root(self) -> _Node | None:
         """The span with no parent; else the earliest whose parent is not in this batch (a local root)."""
@@ -108,27 +149,69 @@ class _Trace:
             parent = above.parent_id if above is not None else None
         return chain
 
-    def pair(self, retrieval: _Node) -> _Node | None:
+    def candidates(self, retrieval: _Node) -> list[_Node]:
+        """Generations that start at or after the retrieval ended: only they can have consumed it."""
         ended = retrieval.end if retrieval.end is not None else retrieval.start
         if ended is None:
-            return None
-        candidates = [
+            return []
+        return [
             g for g in self.generations
             if g.start is not None and g.start >= ended and g.span_id != retrieval.span_id
         ]
-        if not candidates:
-            return None
+
+    def distance(self, retrieval: _Node, generation: _Node) -> float:
+        """How far up from the retrieval the nearest common ancestor is (0: the generation is below it)."""
         mine = {span_id: up for up, span_id in enumerate(self.ancestors(retrieval), start=1)}
+        for span_id in [generation.span_id, *self.ancestors(generation)]:
+            if span_id == retrieval.span_id:
+                return 0
+            if span_id in mine:
+                return mine[span_id]
+        return math.inf
 
-        def distance(g: _Node) -> float:
-            for span_id in [g.span_id, *self.ancestors(g)]:
-                if span_id == retrieval.span_id:
-                    return 0
-                if span_id in mine:
-                    return mine[span_id]
-            return math.inf
+    def input_text(self, node: _Node, notes: set[str]) -> str:
+        """A generation's whole input as one whitespace-normalised text, read once."""
+        cached = self._inputs.get(node.span_id)
+        if cached is None:
+            try:
+                cached = _normalised("\n".join(readers.read_input_texts(node.span, self.limits)))
+            except Exception:
+                notes.add("reader_error")
+                cached = ""
+            self._inputs[node.span_id] = cached
+        return cached
 
-        return min(candidates, key=lambda g: (distance(g), g.sort_key))
+    def pair(self, retrieval: _Node, reading: RetrievalReading, notes: set[str]) -> tuple[_Node | None, str, str]:
+        """(generation, rule, evidence in words): by the texts or query its input quotes, else by time."""
+        candidates = self.candidates(retrieval)
+        if not candidates:
+            return None, "", "no generation started after the retrieval ended"
+        probes = [_probe(d.content) for d in reading.documents]
+        probes = [p for p in probes if len(p) >= MIN_EVIDENCE_CHARS]
+        query = _probe(reading.query or "")
+        best: tuple[tuple[float, bool, bool, float, float], _Node] | None = None
+        for g in candidates:
+            text = self.input_text(g, notes)
+            if not text:
+                continue
+            quoted = sum(1 for p in probes if p in text)
+            asked = len(query) >= MIN_EVIDENCE_CHARS and query in text
+            if not quoted and not asked:
+                continue
+            key = (quoted / len(probes) if probes else 0.0, asked, g.span_id not in self.claimed,
+                   -self.distance(retrieval, g), -float(g.sort_key[0]))
+            if best is None or key > best[0]:
+                best = (key, g)
+        if best is not None:
+            (share, asked, *_), chosen = best
+            self.claimed.add(chosen.span_id)
+            if share > 0:
+                quoted = round(share * len(probes))
+                return chosen, "contexts", f"its input quotes {quoted} of {len(probes)} retrieved texts"
+            return chosen, "query", "its input quotes the retrieval's query"
+        chosen = min(candidates, key=lambda g: (self.distance(retrieval, g), g.sort_key))
+        self.claimed.add(chosen.span_id)
+        return chosen, "time", "no generation's input quotes the retrieved texts or the query: the first after it"
 
     def response(self, node: _Node, limits: CaptureLimits, notes: set[str]) -> str:
         """A generation's answer, read once however many retrievals it consumed."""
@@ -220,11 +303,18 @@ def _bounded_documents(documents: Sequence[Document], limits: CaptureLimits, not
 def _sample(
     trace: _Trace, node: _Node, reading: RetrievalReading, limits: CaptureLimits, notes: set[str]
 ) -> CapturedSample | None:
-    generation = trace.pair(node)
+    generation, rule, evidence = trace.pair(node, reading, notes)
     query, source = trace.query(reading, generation, limits, notes)
     response = trace.response(generation, limits, notes) if generation is not None else ""
+    if not response and generation is not None:  # the call recorded no text (content off); a wrapper may have
+        around = trace.wrappers.get(generation.span_id, ())
+        response = next((text for w in around if (text := trace.response(w, limits, notes))), "")
     ground_truth = trace.ground_truth([node, generation, trace.root], notes)
     metadata: dict[str, Any] = {"query_source": source}
+    if generation is not None:
+        metadata["pairing"] = rule
+        metadata["pairing_evidence"] = evidence
+        trace.note(generation, f"paired with retrieval {node.span.name!r} by {rule} ({evidence})")
     if any(d is not None for d in reading.distances):
         metadata["distances"] = reading.distances[: limits.max_documents]
     sample = RagSample(
@@ -245,6 +335,7 @@ def _sample(
         root_span_id=trace.root.span_id if trace.root is not None else None,
         convention=reading.convention,
         retriever=cut(reading.retriever, 128, set(), ""),
+        pairing=rule,
     )
 
 
@@ -267,45 +358,110 @@ def _read_retrievals(trace: _Trace, limits: CaptureLimits, stats: CaptureStats) 
             notes.add("reader_error")
         for reason in notes:
             stats.count(reason)
+        trace.note(node, "passed over (" + ", ".join(sorted(notes)) + ")")
     return read
+
+
+def _strength(node: _Node, reading: RetrievalReading) -> int:
+    """How surely a span is the retrieval itself: explicit convention > vector-DB call > task named like a
+    retriever > task recognised by its output only (a chain step that passes documents on)."""
+    if reading.explicit:
+        return 3
+    if node.shape == "vector_db":
+        return 2
+    return 1 if openllmetry.is_named_retriever(node.span, attrs_of(node.span)) else 0
+
+
+def _same_retrieval(inner: RetrievalReading, outer: RetrievalReading) -> bool:
+    """A wrapper and its inner call: the same query (or one unknown), and one's texts a subset of the other's."""
+    if inner.query is not None and outer.query is not None and inner.query.strip() != outer.query.strip():
+        return False
+    mine, theirs = {d.content for d in inner.documents}, {d.content for d in outer.documents}
+    return mine <= theirs or theirs <= mine
 
 
 def _drop_nested(trace: _Trace, read: _Read, stats: CaptureStats) -> None:
     """One sample per retrieval, not per layer that shows the same documents.
 
-    Frameworks wrap a retrieval in task spans whose outputs repeat its documents (LangChain's
-    RunnableAssign > RunnableParallel > retriever, a vector-DB client span under them). When
-    nested retrieval spans include a heuristic one (OpenLLMetry task or vector-DB span), only one is
-    kept: the explicit one (GenAI / OpenInference) if there is one, else the innermost. The kept one
-    inherits a dropped one's query when it has none. Explicit retrievals nested in each other are all
-    kept: a fusion retriever and its parts are distinct retrievals.
+    Frameworks wrap a retrieval in spans of their own: LlamaIndex's `retrieve` around `_retrieve`,
+    LangChain's RunnableAssign > RunnableParallel > retriever, a vector-DB client span under them. Of
+    two nested retrieval spans, the one that is more surely the retrieval stays (`_strength`); of two
+    equally sure, the outer one (what the app got back), unless it shows no documents and the inner one
+    does. Two explicit (GenAI / OpenInference) retrievals are one only when they share the query and one's
+    texts are a subset of the other's: a fusion retriever and its parts are distinct retrievals. The kept
+    span inherits a dropped one's query when it has none; a dropped span is no sample and gets no status.
     """
-    dropped: set[int] = set()
+    dropped: dict[int, int] = {}  # dropped span id -> the span id it lost to
     for span_id, (node, reading, _) in read.items():
         for up in trace.ancestors(node):
             if up not in read:
                 continue
-            outer = read[up][1]
-            if reading.explicit and outer.explicit:
+            outer_node, outer = read[up][0], read[up][1]
+            if reading.explicit and outer.explicit and not _same_retrieval(reading, outer):
                 continue
-            dropped.add(span_id if outer.explicit and not reading.explicit else up)
+            inner_rank, outer_rank = _strength(node, reading), _strength(outer_node, outer)
+            if inner_rank == outer_rank:
+                keep_inner = not outer.documents and bool(reading.documents)
+            else:
+                keep_inner = inner_rank > outer_rank
+            loser, winner = (up, span_id) if keep_inner else (span_id, up)
+            dropped.setdefault(loser, winner)
     for span_id, (node, reading, _) in read.items():
         if span_id in dropped or reading.query is not None:
             continue
         above = [up for up in trace.ancestors(node) if up in dropped]
         below = [i for i in dropped if span_id in trace.ancestors(read[i][0])]
         reading.query = next((q for i in above + below if (q := read[i][1].query) is not None), None)
-    for span_id in dropped:
+    for span_id, winner in dropped.items():
         stats.count("nested_retrieval")
+        while winner in dropped and winner != span_id:  # the layer it lost to may have lost too
+            winner = dropped[winner]
+        trace.note(read[span_id][0], f"a nested layer of the same retrieval, scored once on "
+                                     f"{read[winner][0].span.name!r}")
         del read[span_id]
 
 
-def _builtin(spans: Sequence[ReadableSpan], stats: CaptureStats, limits: CaptureLimits) -> list[CapturedSample]:
+def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> list[SpanVerdict]:
+    """Every span's verdict in start order; spans no rule touched say why they were passed over."""
+    assert trace.verdicts is not None
+    sampled = {c.retrieval_span_id: i for i, c in enumerate(samples, start=1)}
+    verdicts = []
+    for node in sorted(trace.nodes, key=lambda n: n.sort_key):
+        said = trace.verdicts.get(node.span_id)
+        convention: str | None = None
+        if node.role is not None:
+            try:
+                found = readers.classify(node.span)
+                convention = found[1] if found is not None else None
+            except Exception:
+                convention = None
+        if said is None:
+            if node.span_id in sampled:
+                said = f"sample {sampled[node.span_id]}"
+            elif node.role == "generation" and node.span_id in trace.wrapped:
+                said = (f"wraps the model call {trace.wrapped[node.span_id].span.name!r}, "
+                        "which is the one paired")
+            elif node.role == "generation":
+                said = "consumed no retrieval of this trace"
+            elif node.role == "retrieval":
+                said = "passed over"
+            else:
+                said = readers.describe_unclassified(node.span) or "not a retrieval or a generation"
+        verdicts.append(SpanVerdict(node.span_id, node.parent_id, node.span.name or "", node.role, convention, said))
+    return verdicts
+
+
+def _builtin(
+    spans: Sequence[ReadableSpan], stats: CaptureStats, limits: CaptureLimits,
+    reports: list[TraceReport] | None = None,
+) -> list[CapturedSample]:
     samples: list[CapturedSample] = []
-    for nodes in _group(spans, stats).values():
-        trace = _Trace(nodes)
-        read = _read_retrievals(trace, limits, stats)
-        _drop_nested(trace, read, stats)
+    for trace_id, nodes in _group(spans, stats).items():
+        trace = _Trace(nodes, limits, explain=reports is not None)
+        mine = CaptureStats() if reports is not None else stats
+        read = _read_retrievals(trace, limits, mine)
+        _drop_nested(trace, read, mine)
+        found: list[CapturedSample] = []
         for node, reading, notes in read.values():
             try:
                 captured = _sample(trace, node, reading, limits, notes)
@@ -316,9 +472,15 @@ def _builtin(spans: Sequence[ReadableSpan], stats: CaptureStats, limits: Capture
                 notes.add("reader_error")
                 captured = None
             for reason in notes:
-                stats.count(reason)
+                mine.count(reason)
             if captured is not None:
-                samples.append(captured)
+                found.append(captured)
+            elif trace.verdicts is not None:
+                trace.note(node, "no sample (" + ", ".join(sorted(notes)) + ")")
+        samples.extend(found)
+        if reports is not None:
+            stats.counts.update(mine.counts)
+            reports.append(TraceReport(trace_id, _verdicts(trace, read, found), found, mine.counts))
     return samples
 
 
@@ -405,3 +567,14 @@ def extract_samples(
     except Exception:  # a last guard: nothing above should get here
         stats.count("capture_error")
         return []
+
+
+def report_traces(spans: Sequence[ReadableSpan], *, limits: CaptureLimits = DEFAULT_LIMITS) -> list[TraceReport]:
+    """What the built-in readers decide for each trace of `spans`, span by span (for `ragtrace explain`).
+
+    The same code path as `extract_samples`, so the report cannot drift from what is scored; it costs more
+    (every verdict is put in words), so the live pipeline does not call it per trace.
+    """
+    reports: list[TraceReport] = []
+    _builtin(list(spans), CaptureStats(), limits, reports)
+    return reports

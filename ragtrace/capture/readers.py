@@ -19,6 +19,7 @@ from ragtrace.capture.values import (
     attrs_of,
     maybe_json,
     query_from,
+    text_leaves,
 )
 
 Role = Literal["retrieval", "generation"]
@@ -63,7 +64,7 @@ def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
         kind = kind.upper() if isinstance(kind, str) else kind
         if kind == "RETRIEVER":
             return "retrieval", "openinference", "openinference"
-        if kind == "LLM":
+        if kind == "LLM" and not openinference.is_prompt_step(attrs):
             return "generation", "openinference", "openinference"
     if (
         openllmetry.SPAN_KIND in present
@@ -132,3 +133,39 @@ def read_input(span: ReadableSpan, limits: CaptureLimits, notes: set[str]) -> st
     if found is None:
         found = openinference.user_message(attrs)
     return found
+
+
+# Where a generation's input says what it was given: prompts, messages, template variables.
+_INPUT_KEYS = frozenset({
+    openinference.INPUT_VALUE, genai.INPUT_MESSAGES, "gen_ai.system_instructions", openllmetry.ENTITY_INPUT,
+    "llm.prompts", "llm.prompt_template.variables",
+})
+_INPUT_PREFIXES = (openinference.INPUT_MESSAGES_PREFIX, "gen_ai.prompt.")
+
+
+def read_input_texts(span: ReadableSpan, limits: CaptureLimits) -> list[str]:
+    """Every text in a generation's input (messages, prompt, template variables), JSON unpacked: the
+    evidence of which retrieved texts or question it was given, whatever the convention."""
+    attrs = attrs_of(span)
+    texts: list[str] = []
+    for key, value in attrs.items():
+        if isinstance(key, str) and (key in _INPUT_KEYS or key.startswith(_INPUT_PREFIXES)):
+            text_leaves(value, limits, texts)
+    for event in span.events or ():  # GenAI instrumentations that record content on an event
+        if event.name == genai.DETAILS_EVENT:
+            text_leaves(attrs_of(event).get(genai.INPUT_MESSAGES), limits, texts)
+    return texts
+
+
+def describe_unclassified(span: ReadableSpan) -> str | None:
+    """Why a span that looks like a model call is not a generation, in words; None when nothing to say."""
+    attrs = attrs_of(span)
+    kind = attrs.get(openinference.KIND)
+    if isinstance(kind, str) and kind.upper() == "LLM" and openinference.is_prompt_step(attrs):
+        return "tagged LLM (openinference) but built a prompt: a prompt template and no model output"
+    if isinstance(kind, str):
+        return f"openinference {kind}: not a retrieval or a generation"
+    traceloop = attrs.get(openllmetry.SPAN_KIND)
+    if isinstance(traceloop, str):
+        return f"openllmetry {traceloop}: not a retrieval (no retriever name, no documents) or a generation"
+    return None

@@ -26,6 +26,8 @@ class CapturedSample:
     root_span_id: int | None = None
     convention: str = "custom"  # genai | openinference | openllmetry | custom
     retriever: str = ""
+    # How the generation was chosen: "contexts" or "query" (its input quotes them), "time" (the fallback).
+    pairing: str = ""
 
 
 @dataclass
@@ -36,6 +38,28 @@ class CaptureStats:
 
     def count(self, reason: str, n: int = 1) -> None:
         self.counts[reason] += n
+
+
+@dataclass(frozen=True)
+class SpanVerdict:
+    """How capture classified one span of a trace and what it did with it, in words."""
+
+    span_id: int
+    parent_id: int | None
+    name: str
+    role: str | None  # "retrieval", "generation" or None
+    convention: str | None
+    verdict: str
+
+
+@dataclass
+class TraceReport:
+    """What capture decided for one trace: every span's verdict, the samples built, the counts of why not."""
+
+    trace_id: int
+    spans: list[SpanVerdict] = field(default_factory=list)
+    samples: list[CapturedSample] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
 
 
 # A user's own span shapes: all ended spans of one trace in, samples out. Takes precedence over readers.

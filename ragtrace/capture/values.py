@@ -218,10 +218,15 @@ def messages_of(parsed: Any) -> list[Any]:
     return parsed if isinstance(parsed, list) else []
 
 
+def role_name(role: Any) -> str:
+    """A message role in lower case, without an enum's class prefix (Haystack writes `ChatRole.USER`)."""
+    return str(role).rpartition(".")[2].lower()
+
+
 def last_user_text(messages: Iterable[Any]) -> str | None:
     last: str | None = None
     for message in messages:
-        if isinstance(message, dict) and str(message.get("role", "")).lower() in ("user", "human"):
+        if isinstance(message, dict) and role_name(message.get("role", "")) in ("user", "human"):
             text = as_text(message_text(message))
             if text is not None:
                 last = text
@@ -232,7 +237,7 @@ def first_assistant_text(messages: Iterable[Any]) -> str | None:
     for message in messages:
         if not isinstance(message, dict):
             continue
-        role = str(message.get("role", "assistant")).lower()
+        role = role_name(message.get("role", "assistant"))
         if role in ("assistant", "ai", "model", "bot"):
             text = message_text(message)
             if text is not None:
@@ -240,11 +245,14 @@ def first_assistant_text(messages: Iterable[Any]) -> str | None:
     return None
 
 
-# Keys under which JSON inputs carry the user's question, best first.
+# Keys under which JSON inputs carry the user's question, best first. After them, any other key that
+# names a query or question is tried: frameworks pass query objects under their parameter's name
+# (LlamaIndex's `query_bundle` / `str_or_query_bundle` hold a QueryBundle whose text is `query_str`).
 _QUERY_KEYS = (
     "query", "question", "query_str", "query_text", "input", "q", "text", "prompt", "user_input",
     "message", "messages", "inputs", "args", "kwargs",
 )
+_QUERY_WORDS = ("query", "question")
 
 
 def query_from(value: Any, depth: int = 0) -> str | None:
@@ -262,6 +270,11 @@ def query_from(value: Any, depth: int = 0) -> str | None:
             )
             if found is not None:
                 return found
+        for key, item in list(value.items())[:50]:
+            if isinstance(key, str) and key not in _QUERY_KEYS and any(w in key.lower() for w in _QUERY_WORDS):
+                found = query_from(item, depth + 1)
+                if found is not None:
+                    return found
         return None
     if isinstance(value, list):
         if value and all(isinstance(m, dict) and "role" in m for m in value[:20]):
@@ -292,7 +305,7 @@ def response_from(value: Any, depth: int = 0) -> str | None:
             found = response_from(generations[0], depth + 1)
             if found is not None:
                 return found
-        for key in ("content", "text", "output", "outputs", "answer", "result", "response", "message"):
+        for key in ("content", "text", "output", "outputs", "answer", "result", "response", "message", "replies"):
             if key in value:
                 found = response_from(value[key], depth + 1)
                 if found is not None:
@@ -303,3 +316,22 @@ def response_from(value: Any, depth: int = 0) -> str | None:
             return first_assistant_text(value)
         return response_from(value[0], depth + 1)
     return None
+
+
+def text_leaves(value: Any, limits: CaptureLimits, out: list[str], budget: int = 10_000, depth: int = 0) -> None:
+    """Append the strings inside `value` (JSON strings parsed, at most `budget` of them) to `out`:
+    what a prompt or a message list says, whatever its nesting, for finding quoted texts in it."""
+    if depth > 2 * _MAX_DEPTH or len(out) >= budget:
+        return
+    if isinstance(value, str):
+        parsed = maybe_json(value, limits)
+        if parsed is value:
+            out.append(value)
+        else:
+            text_leaves(parsed, limits, out, budget, depth + 1)
+    elif isinstance(value, Mapping):
+        for item in list(value.values())[:1000]:
+            text_leaves(item, limits, out, budget, depth + 1)
+    elif isinstance(value, list | tuple):
+        for item in value[:1000]:
+            text_leaves(item, limits, out, budget, depth + 1)

@@ -1,4 +1,4 @@
-"""The `ragtrace` command line: `demo`, `eval`, `replay`, `serve` (main.py builds the one parser)."""
+"""The `ragtrace` command line: `demo`, `eval`, `replay`, `explain`, `serve` (main.py builds the one parser)."""
 
 from ragtrace.cli.main import build_parser, main
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ragtrace.capture import Extractor
+from ragtrace.capture.explain import DecisionLog
 from ragtrace.judges.base import Judge
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.redaction import Redactor
@@ -38,6 +39,8 @@ class ScoringOptions:
         `worker.DEFAULT_TICK_S` for why 0.2).
     worker: "thread" scores in a thread of this process; "process" in a scoring process of its own,
         out of this process's GIL (enrich mode only).
+    decision_log: keeps the last traces closed, to ask why they were (not) scored
+        (`ragtrace.capture.explain.DecisionLog`).
     """
 
     judge: Judge
@@ -57,6 +60,7 @@ class ScoringOptions:
     reason_max_chars: int = 500
     tick_interval: float = DEFAULT_TICK_S
     worker: WorkerKind = "thread"
+    decision_log: DecisionLog | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("enrich", "link"):

@@ -105,6 +105,8 @@ class Pipeline:
         if trace.overflowed:  # counted as queue_full when it overflowed
             self.pass_through(trace)
             return
+        if self.options.decision_log is not None:
+            self.options.decision_log.record(trace.spans)
         if not trace.has_retrieval and self.options.extractor is None:  # held for its ground truth only
             self.counts.add("not_rag")
             self.pass_through(trace)

@@ -379,8 +379,8 @@ def samples_from_spans(spans: Sequence[ReadableSpan], stats: CaptureStats | None
     return samples
 
 
-def replay_file(path: str | Path, *, format: str = "auto", max_line_bytes: int = MAX_LINE_BYTES) -> Replay:
-    """Read an export file and capture its samples, ordered by retrieval start time."""
+def read_spans(path: str | Path, *, format: str = "auto", max_line_bytes: int = MAX_LINE_BYTES) -> list[ReadableSpan]:
+    """Every span of an export file (`replay` and `explain` read the same formats); ReplayError when empty."""
     path = Path(path)
     if not path.is_file():
         raise ReplayError(f"{path}: no such file")
@@ -399,6 +399,12 @@ def replay_file(path: str | Path, *, format: str = "auto", max_line_bytes: int =
         if not requests:
             raise ReplayError(f"{path}: file is empty: no spans")
         raise ReplayError(f"{path}: {len(requests)} OTLP export request(s), none with a span")
+    return spans
+
+
+def replay_file(path: str | Path, *, format: str = "auto", max_line_bytes: int = MAX_LINE_BYTES) -> Replay:
+    """Read an export file and capture its samples, ordered by retrieval start time."""
+    spans = read_spans(path, format=format, max_line_bytes=max_line_bytes)
     stats = CaptureStats()
     samples = samples_from_spans(spans, stats)
     traces = len({s.context.trace_id for s in spans if s.context is not None})
@@ -413,6 +419,7 @@ __all__ = [
     "attributes",
     "read_json",
     "read_proto",
+    "read_spans",
     "replay_file",
     "samples_from_spans",
     "spans_of",

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import set_span_in_context
 
 from ragtrace.capture import CapturedSample, CaptureLimits, CaptureStats, capture_start, extract_samples, span_role
+from ragtrace.capture.explain import explain, render
 from ragtrace.scoring import RagSample
 
 KEYS = [
@@ -27,6 +28,8 @@ KEYS = [
     "llm.output_messages.0.message.content", "llm.output_messages.0.message.contents.0.message_content.text",
     "traceloop.span.kind", "traceloop.entity.name", "traceloop.entity.input", "traceloop.entity.output",
     "db.system", "db.operation", "db.system.name", "db.operation.name", "llm.request.type", "ragtrace.ground_truth",
+    "llm.prompt_template.template", "llm.prompt_template.variables", "llm.model_name", "llm.token_count.completion",
+    "gen_ai.system_instructions",
 ]
 EVENT_KEYS = ["db.query.result.document", "db.query.result.id", "db.query.result.score",
               "db.query.result.distance", "db.query.result.metadata", "gen_ai.output.messages"]
@@ -37,7 +40,9 @@ json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.sampled_from(ROLE_WORDS),
     lambda inner: st.lists(inner, max_size=4)
     | st.dictionaries(st.sampled_from(["id", "score", "content", "role", "parts", "type", "text", "page_content",
-                                       "kwargs", "documents", "query", "inputs", "outputs", "choices", "message"]),
+                                       "kwargs", "documents", "query", "inputs", "outputs", "choices", "message",
+                                       "node", "id_", "meta", "text_resource", "query_bundle", "query_str",
+                                       "replies"]),
                       inner, max_size=4),
     max_leaves=6,
 )
@@ -114,3 +119,7 @@ def test_arbitrary_spans_never_raise(specs: list[tuple[dict[str, Any], list[Any]
         assert all(len(c) <= 10 for c in sample.context_texts)
         json.loads(sample.model_dump_json())  # serialisable: no lone surrogates, no NaN scores
     assert "capture_error" not in stats.counts and "reader_error" not in stats.counts
+    for report in explain(spans, limits=_LIMITS):  # the explanation reads the same spans without raising
+        assert len(report.samples) <= retrievals
+        assert {v.span_id for v in report.spans} <= {s.context.span_id for s in spans if s.context is not None}
+    assert isinstance(render(explain(spans, limits=_LIMITS)), str)

@@ -289,17 +289,43 @@ def test_nested_layers_showing_the_same_documents_give_one_sample(traces: Traces
     assert stats.counts == {"nested_retrieval": 2}
 
 
-def test_explicit_retrieval_wins_over_a_wrapping_task_and_explicit_nesting_is_kept(traces: Traces) -> None:
+def _oi_retriever(query: str, *docs: str) -> dict[str, object]:
+    attrs: dict[str, object] = {"openinference.span.kind": "RETRIEVER", "input.value": query}
+    for i, doc in enumerate(docs):
+        attrs[f"retrieval.documents.{i}.document.content"] = doc
+    return attrs
+
+
+def test_explicit_retrieval_wins_over_a_wrapping_task_and_a_fusion_retrievers_parts_are_kept(traces: Traces) -> None:
     root = traces.open("root")
     task = traces.open("retriever.task", _lc_task("retriever", "q", [{"page_content": "a"}]), parent=root, start=1)
-    fusion = traces.open("fusion", {"openinference.span.kind": "RETRIEVER", "input.value": "q",
-                                    "retrieval.documents.0.document.content": "a"}, parent=task, start=1)
-    part = traces.span("part", {"openinference.span.kind": "RETRIEVER", "input.value": "q",
-                                "retrieval.documents.0.document.content": "a"}, parent=fusion, start=1, end=2)
+    fusion = traces.open("fusion", _oi_retriever("q", "a", "b"), parent=task, start=1)
+    part_a = traces.span("part a", _oi_retriever("q rewritten one way", "a"), parent=fusion, start=1, end=2)
+    part_b = traces.span("part b", _oi_retriever("q rewritten another way", "b"), parent=fusion, start=1, end=2)
     traces.close(fusion, 3)
     traces.close(task, 3)
     traces.close(root, 4)
     stats = CaptureStats()
     samples = extract_samples(traces.finished(), stats=stats)
-    assert sorted(s.retrieval_span_id for s in samples) == sorted([sid(fusion), sid(part)])
+    assert sorted(s.retrieval_span_id for s in samples) == sorted([sid(fusion), sid(part_a), sid(part_b)])
     assert stats.counts == {"nested_retrieval": 1}
+
+
+def test_a_wrapper_and_its_inner_call_are_one_sample_on_the_outer_span(traces: Traces) -> None:
+    """LlamaIndex under OpenInference: `retrieve` (documents) around `_retrieve` (a QueryBundle, no documents)."""
+    root = traces.open("query")
+    outer = traces.open("VectorIndexRetriever.retrieve", _oi_retriever("Which port?", "Port 8080.", "TLS on 443."),
+                        parent=root, start=1)
+    bundle = json.dumps({"query_bundle": {"query_str": "Which port?", "embedding": None}})
+    inner = traces.span("VectorIndexRetriever._retrieve", {"openinference.span.kind": "RETRIEVER",
+                                                           "input.value": bundle}, parent=outer, start=1, end=2)
+    same = traces.span("VectorIndexRetriever._retrieve_again", _oi_retriever("Which port?", "Port 8080."),
+                       parent=outer, start=2, end=3)
+    traces.close(outer, 3)
+    traces.close(root, 4)
+    stats = CaptureStats()
+    [captured] = extract_samples(traces.finished(), stats=stats)
+    assert captured.retrieval_span_id == sid(outer)
+    assert captured.sample.context_texts == ["Port 8080.", "TLS on 443."]
+    assert stats.counts == {"nested_retrieval": 2}
+    assert sid(inner) != sid(same)

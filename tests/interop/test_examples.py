@@ -20,10 +20,16 @@ RUN_BY_MAIN = {
     "langchain_openllmetry": ("langchain_core", "opentelemetry.instrumentation.langchain"),
     "openai_retrieval_helper": ("openai", "opentelemetry.instrumentation.openai_v2"),
     "chromadb_openllmetry": ("chromadb", "opentelemetry.instrumentation.chromadb"),
+    "llamaindex_openinference": ("llama_index.core", "openinference.instrumentation.llama_index"),
+    "llamaindex_openllmetry": (
+        "llama_index.core", "llama_index.llms.litellm", "opentelemetry.instrumentation.llamaindex"
+    ),
+    "haystack_openinference": ("haystack", "openinference.instrumentation.haystack"),
     "llm_judge_local_server": ("litellm",),
 }
 ELSEWHERE = {"zero_code_app": "tests/interop/test_zero_code.py"}
-HELPERS = {"_pipeline", "langchain_app"}  # imported by the examples, no main()
+# imported by the examples, no main()
+HELPERS = {"_pipeline", "_chat_server", "_handbook", "langchain_app", "llamaindex_app", "haystack_app"}
 
 
 def test_every_example_is_run() -> None:
