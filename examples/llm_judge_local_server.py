@@ -62,7 +62,8 @@ class JudgeModel(BaseHTTPRequestHandler):
 def main(endpoint: str | None = None) -> dict[str, Any]:
     with serve(JudgeModel) as api_base:
         # the same as RAGTRACE_JUDGE=openai/local-judge RAGTRACE_JUDGE_API_BASE=<api_base>
-        judge = LLMJudge("openai/local-judge", api_base=api_base, api_key="unused", max_retries=0)
+        # stream=False: this stand-in answers with one JSON body (real servers stream, so a cancel stops them)
+        judge = LLMJudge("openai/local-judge", api_base=api_base, api_key="unused", max_retries=0, stream=False)
         provider, memory = scored_provider("llm-judge-app", endpoint=endpoint, judge=judge)
         tracer = provider.get_tracer("llm-judge-app")
         with tracer.start_as_current_span("rag.answer"):

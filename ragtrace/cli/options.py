@@ -11,6 +11,7 @@ import difflib
 import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ragtrace.judges import Judge
 from ragtrace.judges.resolve import is_local_judge, resolve_judge
@@ -51,6 +52,7 @@ def add_scoring_options(parser: argparse.ArgumentParser) -> None:
         "or 'python:module:attr' naming a Judge class or factory",
     )
     scoring.add_argument("--api-base", help="base URL for a litellm judge (e.g. a local OpenAI-compatible server)")
+    _add_llm_judge_options(parser)
     scoring.add_argument("--concurrency", type=int, default=4, help="samples judged at once (default 4)")
     scoring.add_argument("--scale", type=float, default=1.0, help="multiply every score (default 1)")
     scoring.add_argument(
@@ -223,15 +225,51 @@ def check_judge_spec(spec: str, api_base: str | None = None) -> None:
     )
 
 
-def load_judge(spec: str | Judge, api_base: str | None) -> Judge:
+LLM_JUDGE_FLAGS: dict[str, tuple[str, type, str]] = {
+    "judge_timeout": ("timeout", float, "seconds per LLM judge call; a call past it is cancelled (default 30)"),
+    "judge_retries": ("max_retries", int, "retries of a failed LLM judge call: 429, 5xx, connection (default 3)"),
+    "judge_concurrency": ("concurrency", int, "LLM judge calls in flight at once (default 8)"),
+    "judge_max_tokens": ("max_tokens", int, "cap on each LLM judge answer (default: derived from what it asks)"),
+    "judge_contexts_per_call": (
+        "contexts_per_call", int, "ask the LLM judge about this many contexts per call (default: all that fit)",
+    ),
+    "judge_context_window": (
+        "context_window", int, "the judge model's context length, to split prompts that do not fit "
+        "(default: litellm's, when it knows the model)",
+    ),
+}
+
+
+def _add_llm_judge_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("LLM judge (a litellm --judge only)")
+    for dest, (_, kind, help_text) in LLM_JUDGE_FLAGS.items():
+        group.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, default=None, help=help_text)
+
+
+def llm_judge_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The LLMJudge keywords the --judge-* flags set; a value out of range is a usage error."""
+    options: dict[str, Any] = {}
+    for dest, (keyword, _, _) in LLM_JUDGE_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if value < 0 or (value == 0 and keyword != "max_retries"):
+            raise UsageError(f"--{dest.replace('_', '-')} must be {'>= 0' if keyword == 'max_retries' else '> 0'}")
+        options[keyword] = value
+    return options
+
+
+def load_judge(spec: str | Judge, api_base: str | None, llm_options: dict[str, Any] | None = None) -> Judge:
     """'local', a litellm model string, or 'python:module:attr' (a Judge class/factory, for custom judges)."""
     if not isinstance(spec, str):
         return spec
     if spec.startswith("python:"):
         return _import_judge(spec)
+    if llm_options and is_local_judge(spec):
+        raise UsageError(f"--judge-* options ({', '.join(sorted(llm_options))}) apply to a litellm judge, not {spec!r}")
     check_judge_spec(spec, api_base)
     try:
-        return resolve_judge(spec, api_base=api_base)
+        return resolve_judge(spec, api_base=api_base, llm_options=llm_options)
     except ImportError as exc:
         hint = " (install it with: pip install 'ragtrace[local]')" if is_local_judge(spec) else ""
         raise UsageError(f"cannot load judge {spec!r}: {exc}{hint}") from None
@@ -253,6 +291,7 @@ __all__ = [
     "build_scorers",
     "check_judge_spec",
     "check_run_options",
+    "llm_judge_options",
     "load_judge",
     "parse_thresholds",
 ]

@@ -30,6 +30,7 @@ from ragtrace.cli.options import (
     UsageError,
     build_scorers,
     check_run_options,
+    llm_judge_options,
     load_judge,
     parse_thresholds,
 )
@@ -113,7 +114,7 @@ def load(args: argparse.Namespace, command: str, source: str, load_items: ItemLo
     items = load_items()
     out = Path(args.out) if args.out else None
     previous = read_out_file(out, args.max_line_bytes) if out is not None and args.resume else []
-    judge = load_judge(args.judge, args.api_base)
+    judge = load_judge(args.judge, args.api_base, llm_judge_options(args))
     return Run(command, source, scorers, thresholds, judge, items, baseline, out, previous, started)
 
 

@@ -47,6 +47,11 @@ _GRPC_CONNECTIONS_PER_SLOT = 4
 # A refused request's body up to this size is read and dropped before the answer: closing on unread data
 # makes the kernel reset the connection, and the client then sees the reset instead of the 401 or 404.
 _DRAIN_BYTES = 1024 * 1024
+# After an answer, what a client still sends is read and dropped for this long, up to this much, before the
+# socket closes (a lingering close): closing with unread data makes the kernel reset the connection, and
+# the client can lose the answer it was already sent.
+_LINGER_SECONDS = 2.0
+_LINGER_BYTES = 1024 * 1024
 # Parsed JSON costs ~70 bytes per object or array: `[{},{},...]` turns 64 MiB into 1.5 GiB. OTLP/JSON has
 # one `{` or `[` per ~35 bytes, so a body denser than one per 8 bytes is refused before it is parsed
 # (small bodies cannot cost much and are not counted).
@@ -456,14 +461,26 @@ class _BoundedServer(ThreadingHTTPServer):
             raise
 
     def _turn_away(self, request: socket.socket) -> None:
-        """Full: a plain-text 503 when the client speaks plain HTTP (sent without blocking), then close."""
+        """Full: a plain-text 503 when the client speaks plain HTTP (sent without blocking), then close.
+
+        This runs on the accepting thread, so it does not linger."""
         if self._tls is None:
             try:
                 request.setblocking(False)
                 request.send(_BUSY)
             except OSError:
                 pass
-        self.shutdown_request(request)
+        super().shutdown_request(request)
+
+    def shutdown_request(self, request: Any) -> None:
+        """Half-close, drop what the client still sends (bounded in time and bytes), then close."""
+        try:
+            request.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        else:
+            _linger(request)
+        self.close_request(request)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -488,6 +505,18 @@ class _BoundedServer(ThreadingHTTPServer):
             finally:
                 self._waiting.discard(plain)
         super().finish_request(request, client_address)
+
+
+def _linger(connection: socket.socket) -> None:
+    deadline = time.monotonic() + _LINGER_SECONDS
+    dropped = 0
+    with contextlib.suppress(OSError):
+        while dropped < _LINGER_BYTES and (left := deadline - time.monotonic()) > 0:
+            connection.settimeout(left)
+            chunk = connection.recv(_CHUNK)
+            if not chunk:  # the client read the answer and closed
+                return
+            dropped += len(chunk)
 
 
 class _V6BoundedServer(_BoundedServer):

@@ -96,7 +96,7 @@ class Gateway:
         settings = settings if settings is not None else RagtraceSettings.from_env()
         self.settings = settings
         resolved = (
-            resolve_judge(settings.judge, api_base=settings.judge_api_base) if judge is None else resolve_judge(judge)
+            resolve_judge(settings.judge, **settings.llm_judge_options()) if judge is None else resolve_judge(judge)
         )
         kwargs = settings.processor_options()
         if not settings.enabled:  # a disabled gateway still forwards everything

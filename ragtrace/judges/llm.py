@@ -1,21 +1,26 @@
-"""The LLM judge: any litellm provider, one fused call per sample, validated and retried.
+"""The LLM judge: any litellm provider, one fused call per sample when it fits, validated and completed.
 
-One `judge()` is: cache lookup -> budget check -> prompt (contexts cut to a token budget) -> a call in
-the strongest structured-output mode the endpoint accepts -> pydantic + `check_verdicts` -> on an invalid
-answer, the same conversation plus the validation error, a bounded number of times. Transport failures
-(429, 5xx, connection) are retried with backoff; everything else ends as a typed `JudgeError` that
-carries the usage spent so far.
+One `judge()` is: cache lookup -> a plan (one call, or per aspect and per chunk of contexts when the
+prompt would not fit the model's context) -> per call: budget check, prompt (contexts cut to a token
+budget), the strongest structured-output mode the endpoint accepts, bounded by `max_tokens` and a
+timeout that cancels the request -> the well-formed verdicts of the answer are kept and only the rest is
+asked again (a follow-up); an answer with nothing usable is retried with the error shown, a stricter rule
+and a temperature step -> `check_verdicts` on the whole. Transport failures (429, 5xx, connection) are
+retried with backoff; a 4xx/5xx that names the structured-output request steps down a mode instead;
+everything else ends as a typed `JudgeError` that carries the usage spent so far.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import random
 import sys
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,26 +44,45 @@ from ragtrace.judges.cache import CachedVerdicts, VerdictCache, cache_key
 from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
 from ragtrace.judges.prompts import (
     FUSED_VERSION,
+    MODES,
+    REASON_CHARS,
     Mode,
+    Part,
     Prompt,
+    Reading,
     TokenCounter,
-    answer_model,
     build_prompt,
     load_litellm,
+    output_budget,
+    parse_cut_json,
     parse_json,
+    read_answer,
     response_format,
     retry_messages,
     version_for,
+    whole,
 )
-from ragtrace.scoring import Aspect, ContextVerdict, InvalidVerdicts, JudgeUsage, Verdicts, check_verdicts
+from ragtrace.scoring import Aspect, ContextVerdict, JudgeUsage, Verdicts, check_verdicts
+from ragtrace.scoring.verdicts import ClaimVerdict
 
 __all__ = ["JudgeUnavailable", "LLMJudge"]
 
-PER_ASPECT_VERSION = "per-aspect-v1"
-_MODES: tuple[Mode, ...] = ("json_schema", "json_object", "text")
-_FORMAT_WORDS = ("response_format", "schema", "json_object", "structured", "grammar")
+PER_ASPECT_VERSION = "per-aspect-v2"
+# What servers say when they refuse the structured-output request, whatever the status: llama-cpp-python
+# answers 500 naming `response_format.type`, llama.cpp's server 500/400 ("response_format type must
+# be ..."), vLLM 400 ("... JSON schema ... not supported ..."), Ollama 400/500 about the format's schema.
+_FORMAT_WORDS = (
+    "response_format", "response format", "json_schema", "json schema", "json_object", "structured output",
+    "grammar", "guided",
+)
+# Statuses that are never about the request's format: auth, routing, rate, timeout.
+_NOT_FORMAT = frozenset({401, 403, 404, 408, 429})
 _MAX_BACKOFF = 60.0
-_MAX_REASON = 300
+
+# The structured-output mode each endpoint (api_base, model) was found to accept, for every judge of
+# this process: a refusal learnt once is not probed again.
+_ENDPOINT_MODES: dict[tuple[str, str], Mode] = {}
+_ENDPOINT_LOCK = threading.Lock()
 
 
 class JudgeUnavailable(JudgeError):
@@ -89,6 +113,47 @@ def _retry_after(exc: BaseException) -> float | None:
         return None
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """One call's reply: its text, why it ended, and what it cost (tokens 0 when nobody counted them)."""
+
+    content: str
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    cost: float | None
+
+
+def _priced(litellm: Any, model: str, input_tokens: int, output_tokens: int) -> float | None:
+    """The price litellm's bundled map gives these tokens, or None for a model it does not price."""
+    try:
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=model, prompt_tokens=input_tokens, completion_tokens=output_tokens
+        )
+    except Exception:  # unknown price: no cost, never an error
+        return None
+    return float(prompt_cost) + float(completion_cost)
+
+
+def _from_response(response: Any, litellm: Any) -> _Answer:
+    usage = getattr(response, "usage", None)
+    choice = response.choices[0]
+    hidden = getattr(response, "_hidden_params", None) or {}
+    try:  # litellm prices each response it logs; None means the model's price is unknown
+        cost = hidden["response_cost"] if "response_cost" in hidden else (
+            litellm.completion_cost(completion_response=response)
+        )
+    except Exception:
+        cost = None
+    return _Answer(
+        content=str(choice.message.content or ""),
+        finish_reason=getattr(choice, "finish_reason", None),
+        input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost=None if cost is None else float(cost),
+    )
+
+
 @dataclass
 class _Tally:
     """What one `judge()` has spent so far; becomes the `JudgeUsage` of its answer or its error."""
@@ -101,19 +166,11 @@ class _Tally:
     cost: float | None = None
     started: float = field(default_factory=time.perf_counter)
 
-    def add(self, response: Any, litellm: Any) -> None:
-        usage = getattr(response, "usage", None)
-        self.input_tokens += int(getattr(usage, "prompt_tokens", 0) or 0)
-        self.output_tokens += int(getattr(usage, "completion_tokens", 0) or 0)
-        hidden = getattr(response, "_hidden_params", None) or {}
-        try:  # litellm prices each response it logs; None means the model's price is unknown
-            cost = hidden["response_cost"] if "response_cost" in hidden else (
-                litellm.completion_cost(completion_response=response)
-            )
-        except Exception:  # unknown price: no cost, never an error
-            return
-        if cost is not None:
-            self.cost = (self.cost or 0.0) + float(cost)
+    def add(self, answer: _Answer) -> None:
+        self.input_tokens += answer.input_tokens
+        self.output_tokens += answer.output_tokens
+        if answer.cost is not None:
+            self.cost = (self.cost or 0.0) + answer.cost
 
     def usage(self) -> JudgeUsage:
         return JudgeUsage(
@@ -130,9 +187,15 @@ class _Tally:
 class LLMJudge(PerProcessState):
     """A `Judge` backed by any litellm model string (`openai/...`, `anthropic/...`, `ollama/...`, ...).
 
-    `fused=True` answers every requested aspect in one call; `fused=False` asks once per aspect.
+    `fused=True` answers every requested aspect in one call; `fused=False` asks once per aspect. When a
+    fused prompt would not fit the model's context (`context_window`, else what litellm knows of the
+    model), the request is split per aspect and then into chunks of contexts; `contexts_per_call` forces
+    chunks of that many contexts (small local models answer short questions faster and better).
+    `max_tokens` caps each answer (default: derived from what the call asks); `timeout` bounds each call,
+    whose request is cancelled, not left running (`stream=True` lets the server see the cancel).
     `cache=True` (default) keeps a bounded in-memory `VerdictCache`; pass one to share it, or
     False/None to disable. Extra keyword arguments go to `litellm.acompletion` unchanged.
+    `path_counts()` says how often each fallback (format step-down, follow-up, retry, ...) was taken.
     """
 
     # Semaphores belong to the event loops of this process; another process makes its own.
@@ -151,12 +214,19 @@ class LLMJudge(PerProcessState):
         timeout: float = 30.0,
         max_retries: int = 3,
         max_invalid_retries: int = 2,
+        max_followups: int = 3,
         concurrency: int = 8,
         requests_per_minute: float | None = None,
         daily_token_budget: int | DailyTokenBudget | None = None,
         context_token_budget: int = 400,
+        max_tokens: int | None = None,
+        reason_chars: int = REASON_CHARS,
+        contexts_per_call: int | None = None,
+        context_window: int | None = None,
+        stream: bool = True,
         cache: VerdictCache | bool | None = True,
         temperature: float = 0.0,
+        temperature_step: float = 0.3,
         backoff_base: float = 0.5,
         **litellm_kwargs: Any,
     ) -> None:
@@ -164,15 +234,29 @@ class LLMJudge(PerProcessState):
             raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        for name, value in (
+            ("max_tokens", max_tokens), ("contexts_per_call", contexts_per_call), ("context_window", context_window)
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 (or None), got {value!r}")
+        if reason_chars < 1:
+            raise ValueError(f"reason_chars must be >= 1, got {reason_chars!r}")
         self.model = model
         self.fused = fused
         self.prompt_version = FUSED_VERSION if fused else PER_ASPECT_VERSION
         self.timeout = timeout
         self.max_retries = max(0, max_retries)
         self.max_invalid_retries = max(0, max_invalid_retries)
+        self.max_followups = max(0, max_followups)
         self.concurrency = concurrency
         self.context_token_budget = context_token_budget
+        self.max_tokens = max_tokens
+        self.reason_chars = reason_chars
+        self.contexts_per_call = contexts_per_call
+        self.context_window = context_window
+        self.stream = stream
         self.temperature = temperature
+        self.temperature_step = temperature_step
         self.backoff_base = backoff_base
         self.rate_limiter = RateLimiter(requests_per_minute) if requests_per_minute else None
         self.budget = (
@@ -185,27 +269,55 @@ class LLMJudge(PerProcessState):
         )
         self._api_base = api_base
         self._api_key = api_key
+        self._endpoint = (api_base or "", model)
         self._kwargs = litellm_kwargs
         self._count = TokenCounter(model)
-        self._mode: Mode = "json_schema"
+        self._window: int | None = context_window
+        self._window_known = context_window is not None
+        self._paths: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary()
         )
 
     def __repr__(self) -> str:  # never shows the api key
-        return f"LLMJudge(model={self.model!r}, fused={self.fused}, mode={self._mode!r})"
+        return f"LLMJudge(model={self.model!r}, fused={self.fused}, mode={self.mode!r})"
 
     @property
     def mode(self) -> Mode:
-        """The structured-output mode this endpoint was found to accept (starts at json_schema)."""
-        return self._mode
+        """The structured-output mode this endpoint was found to accept (starts at json_schema).
+
+        Remembered per endpoint (api_base and model) in this process, so a second judge on the same
+        server does not probe again."""
+        return _ENDPOINT_MODES.get(self._endpoint, MODES[0])
+
+    def path_counts(self) -> dict[str, int]:
+        """How often each path was taken since this judge was made: `calls`, `format_stepdowns`,
+        `transport_retries`, `timeouts`, `invalid_retries`, `temperature_steps`, `followup_calls`,
+        `cut_answers_read`, `split_per_aspect`, `chunked_requests`, `judged`, `failed`."""
+        with self._lock:
+            return dict(self._paths)
+
+    def _note(self, path: str, n: int = 1) -> None:
+        with self._lock:
+            self._paths[path] += n
 
     # --- the Judge protocol ----------------------------------------------------------------------------
 
     async def judge(self, request: JudgeRequest) -> Judgement:
         if "litellm" not in sys.modules:  # the first import takes seconds: keep it off the event loop
             await asyncio.to_thread(load_litellm)
+        if not self._window_known:
+            self._window, self._window_known = _known_window(self.model), True
+        try:
+            judgement = await self._judge_request(request)
+        except JudgeError:
+            self._note("failed")
+            raise
+        self._note("judged")
+        return judgement
+
+    async def _judge_request(self, request: JudgeRequest) -> Judgement:
         aspects = sorted(request.aspects)
         if self.fused or len(aspects) <= 1:
             return await self._judge_one(request)
@@ -227,7 +339,7 @@ class LLMJudge(PerProcessState):
             tuple(sorted({i for p in parts for i in p.truncated})),
         )
 
-    # --- one question, one (or a few) calls ------------------------------------------------------------
+    # --- one question, one or a few calls --------------------------------------------------------------
 
     async def _judge_one(self, request: JudgeRequest) -> Judgement:
         sample, aspects = request.sample, request.aspects
@@ -238,38 +350,148 @@ class LLMJudge(PerProcessState):
             return Judgement(hit.verdicts, usage, hit.truncated)
 
         tally = _Tally(self.model, version)
-        prompts: dict[Mode, Prompt] = {}
+        collected = Reading()
+        truncated: set[int] = set()
+        for part in self._plan(request, version):
+            await self._answer(request, part, version, tally, collected, truncated)
+        try:
+            verdicts = _assemble(collected, aspects, len(sample.contexts))
+        except (ValueError, ValidationError) as exc:  # InvalidVerdicts is a ValueError
+            raise JudgeInvalidOutput(f"invalid judge answer: {_short(exc)}", tally.usage()) from exc
+        cut = tuple(sorted(truncated))
+        if key is not None and self.cache is not None:
+            self.cache.put(key, CachedVerdicts(verdicts, cut))
+        return Judgement(verdicts, tally.usage(), cut)
 
-        def render(mode: Mode) -> Prompt:
-            if mode not in prompts:
-                prompts[mode] = build_prompt(
-                    sample,
-                    aspects,
-                    request.reference,
-                    mode=mode,
-                    budget=self.context_token_budget,
-                    count=self._count,
-                    fused=self.fused,
-                )
-            return prompts[mode]
-
-        history: list[dict[str, str]] = []
-        for invalid in range(self.max_invalid_retries + 1):
-            content = await self._complete(render, history, aspects, tally)
-            try:
-                verdicts = _validate(content, aspects, len(sample.contexts))
-            except (ValueError, ValidationError) as exc:  # InvalidVerdicts is a ValueError
-                if invalid >= self.max_invalid_retries:
-                    raise JudgeInvalidOutput(
-                        f"invalid judge answer after {invalid + 1} attempts: {_short(exc)}", tally.usage()
-                    ) from exc
-                history += retry_messages(content, _short(exc, 1500))
+    def _plan(self, request: JudgeRequest, version: str) -> list[Part]:
+        """The calls a request takes: one, or per aspect and per chunk of contexts when one is too long."""
+        n = len(request.sample.contexts)
+        full = whole(request.aspects, n)
+        size = self.contexts_per_call
+        if size is None and self._fits(request, full, version):
+            return [p for p in [full] if _asks(p)]
+        groups = [request.aspects]
+        if size is None and len(request.aspects) > 1:  # too long fused: one aspect at a time first
+            groups = [frozenset({a}) for a in sorted(request.aspects)]
+            self._note("split_per_aspect")
+        parts: list[Part] = []
+        for group in groups:
+            part = whole(group, n)
+            if size is None and self._fits(request, part, version):
+                parts.append(part)
                 continue
-            truncated = next(iter(prompts.values())).truncated  # the same cut in every mode
-            if key is not None and self.cache is not None:
-                self.cache.put(key, CachedVerdicts(verdicts, truncated))
-            return Judgement(verdicts, tally.usage(), truncated)
-        raise AssertionError("unreachable")  # pragma: no cover
+            chunk = size or self._chunk_size(request, part, version)
+            if part.per_context and chunk < len(part.indices):
+                self._note("chunked_requests")
+            for start in range(0, len(part.indices) if part.per_context else 0, chunk):
+                parts.append(Part(part.per_context, part.indices[start : start + chunk]))
+            if part.sample_level:
+                parts.append(Part(frozenset(), (), part.missing, part.claims))
+        return [p for p in parts if _asks(p)]
+
+    def _fits(self, request: JudgeRequest, part: Part, version: str) -> bool:
+        if self._window is None:
+            return True
+        prompt = self._prompt(request, part, self.mode, version)
+        text = "\n".join(m["content"] for m in prompt.messages)
+        return self._count(text) + self._output_budget(request, part) <= self._window
+
+    def _chunk_size(self, request: JudgeRequest, part: Part, version: str) -> int:
+        size = len(part.indices)
+        while size > 1 and not self._fits(request, Part(part.per_context, part.indices[:size]), version):
+            size = (size + 1) // 2
+        return max(1, size)
+
+    def _prompt(self, request: JudgeRequest, part: Part, mode: Mode, version: str) -> Prompt:
+        return build_prompt(
+            request.sample,
+            part,
+            request.reference,
+            mode=mode,
+            budget=self.context_token_budget,
+            count=self._count,
+            version=version,
+            reason_chars=self.reason_chars,
+        )
+
+    def _output_budget(self, request: JudgeRequest, part: Part) -> int:
+        if self.max_tokens is not None:
+            return self.max_tokens
+        truth = self._count(request.sample.ground_truth or "") if part.claims else 0
+        return output_budget(part, truth, self.reason_chars)
+
+    async def _answer(
+        self,
+        request: JudgeRequest,
+        part: Part,
+        version: str,
+        tally: _Tally,
+        collected: Reading,
+        truncated: set[int],
+    ) -> None:
+        """Ask for `part` until every verdict in it is in `collected`.
+
+        An answer that covers some of it is kept, and only the rest is asked again, in a smaller call.
+        An answer with nothing usable is retried with something changed: the error and a stricter rule
+        are shown, and from the second retry (or when the same text comes back) the temperature steps up.
+        """
+        n = len(request.sample.contexts)
+        pending: Part | None = part
+        history: list[dict[str, str]] = []
+        followups = invalid = 0
+        temperature = self.temperature
+        previous: str | None = None
+        while pending is not None:
+            asked = pending
+            prompts: dict[Mode, Prompt] = {}
+
+            def render(mode: Mode, asked: Part = asked, prompts: dict[Mode, Prompt] = prompts) -> Prompt:
+                if mode not in prompts:
+                    prompts[mode] = self._prompt(request, asked, mode, version)
+                return prompts[mode]
+
+            content, finish = await self._complete(
+                render, history, asked, tally, temperature, self._output_budget(request, asked)
+            )
+            truncated.update(next(iter(prompts.values())).truncated)  # the same cut in every mode
+            reading, error = self._read(content, asked, n)
+            if finish == "length":
+                error = f"the answer was cut off at the token limit; keep every reason short. {error}"
+            collected.merge(reading)
+            pending = reading.left(asked)
+            if pending is None:
+                return
+            if reading.progress() and followups < self.max_followups:
+                followups += 1
+                self._note("followup_calls")
+                history = []
+                continue
+            if invalid >= self.max_invalid_retries:
+                raise JudgeInvalidOutput(
+                    f"invalid judge answer after {invalid + 1} attempts: {_short(error, 500)}", tally.usage()
+                )
+            invalid += 1
+            self._note("invalid_retries")
+            if invalid >= 2 or content == previous:
+                temperature = min(1.0, temperature + self.temperature_step)
+                self._note("temperature_steps")
+            previous = content
+            history = retry_messages(content, _short(error, 1500), pending, self.reason_chars)
+
+    def _read(self, content: str, part: Part, n: int) -> tuple[Reading, str]:
+        """The usable verdicts of an answer, and what to tell the judge about the rest."""
+        if not content.strip():
+            return Reading(), "the reply was empty; reply with a JSON object"
+        try:
+            data = parse_json(content)
+        except ValueError as exc:
+            try:
+                data = parse_cut_json(content)
+            except ValueError:
+                return Reading(), str(exc)
+            self._note("cut_answers_read")
+        reading = read_answer(data, part, n, self.reason_chars)
+        return reading, "; ".join(reading.problems[:10])
 
     def _key(self, request: JudgeRequest, version: str) -> str:
         sample, aspects = request.sample, request.aspects
@@ -282,21 +504,27 @@ class LLMJudge(PerProcessState):
             response=sample.response if {Aspect.RELEVANCE, Aspect.USEFULNESS} & aspects else None,
             ground_truth=sample.ground_truth if {Aspect.CLAIMS, Aspect.USEFULNESS} & aspects else None,
             contexts=sample.context_texts,
-            extra=f"budget={self.context_token_budget};t={self.temperature}",
+            extra=(
+                f"budget={self.context_token_budget};t={self.temperature};r={self.reason_chars};"
+                f"k={self.contexts_per_call};w={self._window}"
+            ),
         )
 
     async def _complete(
         self,
         render: Callable[[Mode], Prompt],
         history: list[dict[str, str]],
-        aspects: frozenset[Aspect],
+        part: Part,
         tally: _Tally,
-    ) -> str:
-        """One answer's text: walks down the output modes on rejection, retries transport failures."""
+        temperature: float,
+        max_tokens: int,
+    ) -> tuple[str, str | None]:
+        """One answer's text and finish reason: walks down the output modes on rejection, retries
+        transport failures, and cancels a call that runs past `timeout`."""
         litellm = load_litellm()
         attempt = 0
         while True:
-            mode = self._mode
+            mode = self.mode
             messages = render(mode).messages + history
             if self.budget is not None and self.budget.exhausted():
                 raise OverBudget(
@@ -307,28 +535,40 @@ class LLMJudge(PerProcessState):
             kwargs: dict[str, Any] = {
                 "model": self.model,
                 "messages": messages,
-                "temperature": self.temperature,
+                "temperature": temperature,
+                "max_tokens": max_tokens,
                 "timeout": self.timeout,
                 "max_retries": 0,
                 "num_retries": 0,
                 **self._kwargs,
             }
+            if self.stream:
+                kwargs["stream"] = True
+                kwargs["stream_options"] = {"include_usage": True}
             if self._api_base is not None:
                 kwargs["api_base"] = self._api_base
             if self._api_key is not None:
                 kwargs["api_key"] = self._api_key
-            if (fmt := response_format(aspects, mode)) is not None:
+            if (fmt := response_format(part, mode, self.reason_chars)) is not None:
                 kwargs["response_format"] = fmt
             token = suppress_tracing()
             try:
                 async with self._semaphore():
                     tally.calls += 1
-                    response = await asyncio.wait_for(litellm.acompletion(**kwargs), self.timeout + 2.0)
+                    self._note("calls")
+                    async with asyncio.timeout(self.timeout):
+                        response = await self._call(litellm, kwargs)
             except (TimeoutError, litellm.Timeout) as exc:
-                raise JudgeTimeout(f"judge call timed out after {self.timeout:g}s", tally.usage()) from exc
+                self._note("timeouts")
+                raise JudgeTimeout(
+                    f"judge call timed out after {self.timeout:g}s (raise it with --judge-timeout / "
+                    "RAGTRACE_JUDGE_TIMEOUT, or ask less per call with contexts_per_call)",
+                    tally.usage(),
+                ) from exc
             except Exception as exc:
                 status = getattr(exc, "status_code", None)
                 if mode != "text" and _rejects_format(exc, status):
+                    self._note("format_stepdowns")
                     self._downgrade(mode)
                     continue
                 retryable = status == 429 or _unavailable(exc, status, litellm)
@@ -342,16 +582,43 @@ class LLMJudge(PerProcessState):
                     raise JudgeUnavailable(
                         f"judge unavailable after {attempt + 1} attempts: {_short(exc)}", tally.usage()
                     ) from exc
+                self._note("transport_retries")
                 await asyncio.sleep(self._backoff(attempt, _retry_after(exc)))
                 attempt += 1
                 continue
             finally:
                 otel_context.detach(token)  # type: ignore[arg-type]
-            tally.add(response, litellm)
-            content = str(response.choices[0].message.content or "")
+            tally.add(response)
             if self.budget is not None:
-                self.budget.spend(_spent_tokens(response, messages, content, self._count))
-            return content
+                self.budget.spend(_spent_tokens(response, messages, self._count))
+            return response.content, response.finish_reason
+
+    async def _call(self, litellm: Any, kwargs: dict[str, Any]) -> _Answer:
+        """One completion. A stream is read to its end and closed in any case, so a cancelled call
+        closes its connection and the server stops generating at its next token."""
+        if not kwargs.get("stream"):
+            return _from_response(await litellm.acompletion(**kwargs), litellm)
+        stream = await litellm.acompletion(**kwargs)
+        pieces: list[str] = []
+        finish: str | None = None
+        usage: Any = None
+        try:
+            async for chunk in stream:
+                for choice in getattr(chunk, "choices", None) or []:
+                    pieces.append(getattr(choice.delta, "content", None) or "")
+                    finish = getattr(choice, "finish_reason", None) or finish
+                usage = getattr(chunk, "usage", None) or usage
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.aclose()
+        content = "".join(pieces)
+        input_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+        output_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+        if not input_tokens:  # servers that stream without usage (llama-cpp-python): our own count
+            input_tokens = self._count("\n".join(m["content"] for m in kwargs["messages"]))
+            output_tokens = self._count(content) if content else 0
+        cost = _priced(litellm, self.model, input_tokens, output_tokens)
+        return _Answer(content, finish, input_tokens, output_tokens, cost)
 
     # --- plumbing --------------------------------------------------------------------------------------
 
@@ -365,10 +632,10 @@ class LLMJudge(PerProcessState):
             return sem
 
     def _downgrade(self, rejected: Mode) -> None:
-        """Remember that the endpoint refused `rejected`, so later calls start one mode lower."""
-        with self._lock:
-            if self._mode == rejected:
-                self._mode = _MODES[_MODES.index(rejected) + 1]
+        """Remember that the endpoint refused `rejected`, so later calls (of any judge on it) start lower."""
+        with _ENDPOINT_LOCK:
+            if _ENDPOINT_MODES.get(self._endpoint, MODES[0]) == rejected:
+                _ENDPOINT_MODES[self._endpoint] = MODES[MODES.index(rejected) + 1]
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -377,21 +644,45 @@ class LLMJudge(PerProcessState):
         return random.uniform(ceiling / 2, ceiling)
 
 
-def _spent_tokens(response: Any, messages: list[dict[str, str]], content: str, count: TokenCounter) -> int:
+def _known_window(model: str) -> int | None:
+    """The model's input context length as litellm's bundled model map knows it, or None (any
+    self-hosted model: then no automatic split unless `context_window` is given)."""
+    known = load_litellm().model_cost
+    for name in (model, model.split("/", 1)[-1]):
+        info = known.get(name)
+        if isinstance(info, dict):
+            window = info.get("max_input_tokens") or info.get("max_tokens")
+            return int(window) if window else None
+    return None
+
+
+def _asks(part: Part) -> bool:
+    return bool(part.indices) or part.sample_level
+
+
+def _assemble(collected: Reading, aspects: frozenset[Aspect], n_contexts: int) -> Verdicts:
+    contexts = [ContextVerdict.model_validate(collected.verdicts[i]) for i in sorted(collected.verdicts)]
+    claims = None
+    if collected.claims is not None:
+        claims = [ClaimVerdict.model_validate(c) for c in collected.claims]
+    verdicts = Verdicts(contexts=contexts, missing=collected.missing or [], claims=claims)
+    return check_verdicts(verdicts, n_contexts, aspects)
+
+
+def _spent_tokens(answer: _Answer, messages: list[dict[str, str]], count: TokenCounter) -> int:
     """Tokens a call cost, for the budget: the provider's count, or our own when it reports none."""
-    usage = getattr(response, "usage", None)
-    spent = int(getattr(usage, "prompt_tokens", 0) or 0) + int(getattr(usage, "completion_tokens", 0) or 0)
+    spent = answer.input_tokens + answer.output_tokens
     if spent:
         return spent
-    return count("\n".join(m["content"] for m in messages)) + count(content)
+    return count("\n".join(m["content"] for m in messages)) + count(answer.content)
 
 
 def _rejects_format(exc: BaseException, status: int | None) -> bool:
-    """A 400/422 that complains about the structured-output request (llama.cpp answers 422)."""
-    if status not in (400, 422):
+    """A 4xx/5xx whose message is about the structured-output request (not an outage: that names none)."""
+    if status is None or not 400 <= status < 600 or status in _NOT_FORMAT:
         return False
     text = str(exc).lower()
-    return any(word in text for word in _FORMAT_WORDS)
+    return any(word in text for word in _FORMAT_WORDS) or (status in (400, 422) and "schema" in text)
 
 
 def _unavailable(exc: BaseException, status: int | None, litellm: Any) -> bool:
@@ -400,20 +691,9 @@ def _unavailable(exc: BaseException, status: int | None, litellm: Any) -> bool:
     return status is not None and (status >= 500 or status == 408)
 
 
-def _short(exc: BaseException, limit: int = 300) -> str:
+def _short(exc: BaseException | str, limit: int = 300) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _validate(content: str, aspects: frozenset[Aspect], n_contexts: int) -> Verdicts:
-    """The answer as checked verdicts, or a ValueError/ValidationError whose text goes back to the judge."""
-    if not content.strip():
-        raise InvalidVerdicts("the reply was empty; reply with a JSON object")
-    answer = answer_model(aspects).model_validate(parse_json(content))
-    data = answer.model_dump()
-    for verdict in data.get("contexts", []):
-        verdict["reason"] = str(verdict.get("reason", ""))[:_MAX_REASON]
-    return check_verdicts(Verdicts.model_validate(data), n_contexts, aspects)
 
 
 def _merge(parts: list[Verdicts]) -> Verdicts:

@@ -1,8 +1,11 @@
-"""The judge's prompt and answer schema, built only for the aspects a request needs.
+"""The judge's prompt and answer schema, built only for what one call asks.
 
 Everything the app produced (query, contexts, answers) goes between tags as data; the instructions say
-so. The answer schema is a pydantic model restricted to the requested aspects, so the judge is never
-asked for fields no scorer reads, and the same model validates the answer.
+so. One call asks for a `Part` of a sample's verdicts: some aspects, for some context indices, with or
+without the sample-level fields (`missing`, `claims`). The schema has one required property per asked
+context index and bounded strings, so a constrained decoder (llama.cpp's grammar, vLLM's guided
+decoding, OpenAI's strict mode) can only produce an answer of the right shape. `read_answer` keeps every
+well-formed verdict of an answer, so a partial one can be completed by a smaller follow-up call.
 """
 
 from __future__ import annotations
@@ -10,22 +13,30 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, create_model
-
 from ragtrace.scoring import Aspect, RagSample
 
-FUSED_VERSION = "fused-v1"
+FUSED_VERSION = "fused-v2"
 ASPECT_VERSIONS: dict[Aspect, str] = {
-    Aspect.USEFULNESS: "usefulness-v1",
-    Aspect.RELEVANCE: "relevance-v1",
-    Aspect.CLAIMS: "claims-v1",
+    Aspect.USEFULNESS: "usefulness-v2",
+    Aspect.RELEVANCE: "relevance-v2",
+    Aspect.CLAIMS: "claims-v2",
 }
 
-Mode = Literal["json_schema", "json_object", "text"]
+# The structured-output modes, strongest first. `json_object_schema` is JSON mode with the schema
+# alongside (`{"type": "json_object", "schema": ...}`), which llama-cpp-python turns into a grammar.
+Mode = Literal["json_schema", "json_object_schema", "json_object", "text"]
+MODES: tuple[Mode, ...] = ("json_schema", "json_object_schema", "json_object", "text")
+
+LEVELS = ("high", "medium", "low", "none")
+PER_CONTEXT = frozenset({Aspect.USEFULNESS, Aspect.RELEVANCE})
+REASON_CHARS = 80
+_MAX_MISSING = 5
+_MAX_CLAIMS = 12
+_CLAIM_CHARS = 200
 
 _TAGS = ("query", "reference", "response", "ground_truth", "context")
 _CLOSING = re.compile(r"<(/?)(" + "|".join(_TAGS) + r")\b", re.IGNORECASE)
@@ -45,71 +56,242 @@ def version_for(aspects: frozenset[Aspect], fused: bool) -> str:
     return ASPECT_VERSIONS[next(iter(aspects))]
 
 
+@dataclass(frozen=True)
+class Part:
+    """What one call asks: verdicts of the `per_context` aspects for the contexts `indices`, and the
+    sample-level fields `missing` (relevance) and `claims`. A sample-level call shows every context;
+    a per-context one only the contexts it asks about."""
+
+    per_context: frozenset[Aspect]
+    indices: tuple[int, ...]
+    missing: bool = False
+    claims: bool = False
+
+    @property
+    def sample_level(self) -> bool:
+        return self.missing or self.claims
+
+    @property
+    def aspects(self) -> frozenset[Aspect]:
+        extra = ({Aspect.RELEVANCE} if self.missing else set()) | ({Aspect.CLAIMS} if self.claims else set())
+        return self.per_context | extra
+
+    def shown(self, n_contexts: int) -> tuple[int, ...]:
+        return tuple(range(n_contexts)) if self.sample_level else self.indices
+
+
+def whole(aspects: frozenset[Aspect], n_contexts: int) -> Part:
+    """Everything a request needs, in one call."""
+    per_context = aspects & PER_CONTEXT if n_contexts else frozenset()
+    indices = tuple(range(n_contexts)) if per_context else ()
+    return Part(per_context, indices, Aspect.RELEVANCE in aspects, Aspect.CLAIMS in aspects)
+
+
 # --- answer schema -------------------------------------------------------------------------------------
 
 
-class Claim(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    claim: str
-    supported: bool
-    context_indices: list[int]
-
-
-@lru_cache(maxsize=16)
-def answer_model(aspects: frozenset[Aspect]) -> type[BaseModel]:
-    """A pydantic model of the answer with only the fields the aspects need (also the JSON schema)."""
-    per_context: dict[str, Any] = {"index": (int, ...), "reason": (str, ...)}
+def _verdict_schema(aspects: frozenset[Aspect], reason_chars: int) -> dict[str, Any]:
+    # The reason comes first: the verdict that follows is then conditioned on it.
+    properties: dict[str, Any] = {"reason": {"type": "string", "maxLength": reason_chars}}
     if Aspect.USEFULNESS in aspects:
-        per_context["useful"] = (bool, ...)
+        properties["useful"] = {"type": "boolean"}
     if Aspect.RELEVANCE in aspects:
-        per_context["level"] = (Literal["high", "medium", "low", "none"], ...)
-        per_context["used"] = (bool, ...)
-    top: dict[str, Any] = {}
-    config = ConfigDict(extra="ignore")
-    if {Aspect.USEFULNESS, Aspect.RELEVANCE} & aspects:
-        verdict = create_model("ContextVerdict", __config__=config, **per_context)
-        top["contexts"] = (list[verdict], ...)  # type: ignore[valid-type]
-    if Aspect.RELEVANCE in aspects:
-        top["missing"] = (list[str], ...)
-    if Aspect.CLAIMS in aspects:
-        top["claims"] = (list[Claim], ...)
-    return create_model("Answer", __config__=config, **top)
+        properties["level"] = {"type": "string", "enum": list(LEVELS)}
+        properties["used"] = {"type": "boolean"}
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
-def _strict(node: Any) -> Any:
-    """Strip titles; close every object and require all its properties (OpenAI strict mode wants that)."""
-    if isinstance(node, dict):
-        out = {k: _strict(v) for k, v in node.items() if k not in ("title", "default")}
-        if out.get("type") == "object" and "properties" in out:
-            out["additionalProperties"] = False
-            out["required"] = list(out["properties"])
-        return out
-    if isinstance(node, list):
-        return [_strict(v) for v in node]
-    return node
+@lru_cache(maxsize=64)
+def _schema_text(part: Part, reason_chars: int) -> str:
+    properties: dict[str, Any] = {}
+    if part.per_context:
+        verdict = _verdict_schema(part.per_context, reason_chars)
+        keys = [str(i) for i in part.indices]
+        properties["contexts"] = {
+            "type": "object",
+            "properties": {k: verdict for k in keys},
+            "required": keys,
+            "additionalProperties": False,
+        }
+    if part.missing:
+        properties["missing"] = {
+            "type": "array",
+            "items": {"type": "string", "maxLength": reason_chars},
+            "maxItems": _MAX_MISSING,
+        }
+    if part.claims:
+        claim = {
+            "type": "object",
+            "properties": {
+                "claim": {"type": "string", "maxLength": _CLAIM_CHARS},
+                "supported": {"type": "boolean"},
+                "context_indices": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            },
+            "required": ["claim", "supported", "context_indices"],
+            "additionalProperties": False,
+        }
+        properties["claims"] = {"type": "array", "items": claim, "maxItems": _MAX_CLAIMS}
+    schema = {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+    return json.dumps(schema, separators=(",", ":"))
 
 
-@lru_cache(maxsize=16)
-def _schema_text(aspects: frozenset[Aspect]) -> str:
-    return json.dumps(_strict(answer_model(aspects).model_json_schema()), separators=(",", ":"))
-
-
-def answer_schema(aspects: frozenset[Aspect]) -> dict[str, Any]:
-    """The strict JSON schema of the answer, as sent in `response_format`."""
-    schema: dict[str, Any] = json.loads(_schema_text(aspects))
+def answer_schema(part: Part, reason_chars: int = REASON_CHARS) -> dict[str, Any]:
+    """The strict JSON schema of one call's answer (cached by what varies: the part and the bound)."""
+    schema: dict[str, Any] = json.loads(_schema_text(part, reason_chars))
     return schema
 
 
-def response_format(aspects: frozenset[Aspect], mode: Mode) -> dict[str, Any] | None:
+def response_format(part: Part, mode: Mode, reason_chars: int = REASON_CHARS) -> dict[str, Any] | None:
     if mode == "json_schema":
         return {
             "type": "json_schema",
-            "json_schema": {"name": "verdicts", "strict": True, "schema": answer_schema(aspects)},
+            "json_schema": {"name": "verdicts", "strict": True, "schema": answer_schema(part, reason_chars)},
         }
+    if mode == "json_object_schema":
+        return {"type": "json_object", "schema": answer_schema(part, reason_chars)}
     if mode == "json_object":
         return {"type": "json_object"}
     return None
+
+
+def output_budget(part: Part, ground_truth_tokens: int, reason_chars: int = REASON_CHARS) -> int:
+    """`max_tokens` for one call: what a complete answer of this shape needs, with room to spare.
+
+    A verdict is its key, the field names and values (about 6 tokens a field) and a reason of at most
+    `reason_chars` characters (about 3 characters a token); claims restate the ground truth once.
+    """
+    reason = reason_chars // 3 + 1
+    per_verdict = 8 + 6 * (len(part.per_context) + (1 if Aspect.RELEVANCE in part.per_context else 0)) + reason
+    tokens = 16 + len(part.indices if part.per_context else ()) * per_verdict
+    if part.missing:
+        tokens += _MAX_MISSING * reason
+    if part.claims:
+        tokens += int(ground_truth_tokens * 1.5) + _MAX_CLAIMS * 16
+    return int(tokens * 1.25) + 16
+
+
+# --- reading an answer ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Reading:
+    """The well-formed pieces of one answer, and what was wrong with the rest."""
+
+    verdicts: dict[int, dict[str, Any]] = field(default_factory=dict)
+    missing: list[str] | None = None
+    claims: list[dict[str, Any]] | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def left(self, part: Part) -> Part | None:
+        """The part still unanswered (context indices, sample-level fields); None when all is answered."""
+        indices = tuple(i for i in part.indices if i not in self.verdicts)
+        missing = part.missing and self.missing is None
+        claims = part.claims and self.claims is None
+        if not indices and not missing and not claims:
+            return None
+        return Part(part.per_context if indices else frozenset(), indices, missing, claims)
+
+    def merge(self, other: Reading) -> None:
+        """Take what `other` answered that this reading does not have yet."""
+        for index, verdict in other.verdicts.items():  # another aspect's fields for the same context join
+            mine = self.verdicts.setdefault(index, {})
+            for name, value in verdict.items():
+                if mine.get(name) in (None, ""):
+                    mine[name] = value
+        if self.missing is None:
+            self.missing = other.missing
+        if self.claims is None:
+            self.claims = other.claims
+
+    def progress(self) -> bool:
+        return bool(self.verdicts) or self.missing is not None or self.claims is not None
+
+
+def _flag(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
+
+
+def _entries(contexts: Any) -> list[tuple[Any, Any]]:
+    """(index, entry) pairs from the schema's object keyed by index, or from a list of entries with "index"."""
+    if isinstance(contexts, dict):
+        return list(contexts.items())
+    if isinstance(contexts, list):
+        return [(e.get("index") if isinstance(e, dict) else None, e) for e in contexts]
+    return []
+
+
+def read_answer(data: Any, part: Part, n_contexts: int, reason_chars: int = REASON_CHARS) -> Reading:
+    """Every well-formed verdict of `data` for the indices `part` asks; the rest as problems."""
+    reading = Reading()
+    if not isinstance(data, dict):
+        reading.problems.append("the reply must be a JSON object")
+        return reading
+    asked = set(part.indices)
+    for key, entry in _entries(data.get("contexts")) if part.per_context else []:
+        try:
+            index = int(key)
+        except (TypeError, ValueError):
+            reading.problems.append(f"context key {key!r} is not an index")
+            continue
+        if index not in asked:
+            reading.problems.append(f"context {index} was not asked for")
+            continue
+        if not isinstance(entry, dict):
+            reading.problems.append(f"context {index}: not an object")
+            continue
+        verdict: dict[str, Any] = {"index": index, "reason": str(entry.get("reason", ""))[:reason_chars]}
+        wrong = []
+        if Aspect.USEFULNESS in part.per_context:
+            verdict["useful"] = _flag(entry.get("useful"))
+            if verdict["useful"] is None:
+                wrong.append("'useful' must be true or false")
+        if Aspect.RELEVANCE in part.per_context:
+            level = str(entry.get("level", "")).strip().lower()
+            verdict["level"] = level if level in LEVELS else None
+            verdict["used"] = _flag(entry.get("used"))
+            if verdict["level"] is None:
+                wrong.append("'level' must be one of high, medium, low, none")
+            if verdict["used"] is None:
+                wrong.append("'used' must be true or false")
+        if wrong:
+            reading.problems.append(f"context {index}: " + "; ".join(wrong))
+        elif index not in reading.verdicts:
+            reading.verdicts[index] = verdict
+    absent = sorted(asked - set(reading.verdicts)) if part.per_context else []
+    if absent:
+        reading.problems.append(f"no valid verdict for context indices {absent}")
+    if part.missing:
+        missing = data.get("missing")
+        if isinstance(missing, list):
+            reading.missing = [str(m)[:reason_chars] for m in missing if str(m).strip()][:_MAX_MISSING]
+        else:
+            reading.problems.append("'missing' must be a list of strings")
+    if part.claims:
+        reading.claims = _claims(data.get("claims"), n_contexts, reading.problems)
+    return reading
+
+
+def _claims(value: Any, n_contexts: int, problems: list[str]) -> list[dict[str, Any]] | None:
+    if not isinstance(value, list):
+        problems.append("'claims' is required: split the ground truth into atomic claims")
+        return None
+    claims = []
+    for i, claim in enumerate(value):
+        supported = _flag(claim.get("supported")) if isinstance(claim, dict) else None
+        indices = claim.get("context_indices") if isinstance(claim, dict) else None
+        if supported is None or not isinstance(indices, list) or not str(claim.get("claim", "")).strip():
+            problems.append(f"claim {i}: needs 'claim', 'supported' (true/false) and 'context_indices'")
+            return None
+        bad = [j for j in indices if not isinstance(j, int) or not 0 <= j < n_contexts]
+        if bad:
+            problems.append(f"claim {i}: context_indices {bad} out of range 0..{n_contexts - 1}")
+            return None
+        claims.append({"claim": str(claim["claim"]), "supported": supported, "context_indices": indices})
+    return claims
 
 
 # --- truncation ----------------------------------------------------------------------------------------
@@ -178,24 +360,36 @@ class Prompt:
     version: str
 
 
-def _tasks(aspects: frozenset[Aspect], reference_tag: str | None, n: int) -> list[str]:
+def _keys(indices: tuple[int, ...]) -> str:
+    shown = [f'"{i}"' for i in indices]
+    return ", ".join(shown) if len(shown) <= 6 else ", ".join(shown[:3]) + ", ..., " + shown[-1]
+
+
+def _tasks(part: Part, reference_tag: str | None, reason_chars: int) -> list[str]:
     lines: list[str] = []
-    if {Aspect.USEFULNESS, Aspect.RELEVANCE} & aspects:
-        lines.append(f'"contexts": exactly one entry per context, index 0..{n - 1} in order, with:')
-        lines.append('- "index"; "reason": at most 12 words')
-        if Aspect.USEFULNESS in aspects:
+    if part.per_context:
+        n = len(part.indices)
+        lines.append(
+            f'"contexts": an object with exactly {n} entr{"y" if n == 1 else "ies"}, one per context, '
+            f"keyed by its index ({_keys(part.indices)}); each entry has:"
+        )
+        lines.append(f'- "reason": at most {reason_chars} characters of your own words, never copied text')
+        if Aspect.USEFULNESS in part.per_context:
             lines.append(
                 f'- "useful": true if the context helps produce the <{reference_tag}> answer to the query'
             )
-        if Aspect.RELEVANCE in aspects:
+        if Aspect.RELEVANCE in part.per_context:
             lines.append(
                 '- "level": "high" answers the query directly, "medium" supporting detail, '
                 '"low" tangential, "none" unrelated'
             )
             lines.append('- "used": true if the <response> clearly uses this context\'s information')
-    if Aspect.RELEVANCE in aspects:
-        lines.append('"missing": short strings, information the query needs that no context gives ([] if none)')
-    if Aspect.CLAIMS in aspects:
+    if part.missing:
+        lines.append(
+            f'"missing": at most {_MAX_MISSING} short strings, information the query needs that no context '
+            "gives ([] if none)"
+        )
+    if part.claims:
         lines.append(
             '"claims": split <ground_truth> into atomic claims; per claim "claim", '
             '"supported" (true if the contexts state it) and "context_indices" (the contexts that do)'
@@ -205,52 +399,63 @@ def _tasks(aspects: frozenset[Aspect], reference_tag: str | None, n: int) -> lis
 
 def build_prompt(
     sample: RagSample,
-    aspects: frozenset[Aspect],
+    part: Part,
     reference: str | None,
     *,
     mode: Mode,
     budget: int,
     count: TokenCounter,
-    fused: bool = True,
+    version: str = FUSED_VERSION,
+    reason_chars: int = REASON_CHARS,
 ) -> Prompt:
-    """The messages for one judge call, with each context cut to `budget` tokens."""
+    """The messages for one judge call, with each context shown cut to `budget` tokens."""
     parts = [f"<query>{_data(sample.query)}</query>"]
     reference_tag: str | None = None
-    if Aspect.USEFULNESS in aspects:
+    if Aspect.USEFULNESS in part.per_context:
         reference = reference or sample.ground_truth or sample.response
-        if Aspect.CLAIMS in aspects and reference == sample.ground_truth:
+        if part.claims and reference == sample.ground_truth:
             reference_tag = "ground_truth"  # the same text, sent once
-        elif Aspect.RELEVANCE in aspects and reference == sample.response:
+        elif Aspect.RELEVANCE in part.per_context and reference == sample.response:
             reference_tag = "response"
         else:
             reference_tag = "reference"
             parts.append(f"<reference>{_data(reference)}</reference>")
-    if Aspect.RELEVANCE in aspects:
+    if Aspect.RELEVANCE in part.per_context or part.missing:
         parts.append(f"<response>{_data(sample.response)}</response>")
-    if Aspect.CLAIMS in aspects:
+    if part.claims:
         parts.append(f"<ground_truth>{_data(sample.ground_truth or '')}</ground_truth>")
     truncated: list[int] = []
-    for i, text in enumerate(sample.context_texts):
-        kept, cut = cut_to_budget(text, budget, count)
+    texts = sample.context_texts
+    for i in part.shown(len(texts)):
+        kept, cut = cut_to_budget(texts[i], budget, count)
         if cut:
             truncated.append(i)
         parts.append(f'<context index="{i}">{_data(kept)}</context>')
-    n = len(sample.contexts)
     parts.append("Answer with a JSON object:")
-    parts.extend(_tasks(aspects, reference_tag, n))
-    if mode != "json_schema":
-        parts.append("JSON schema: " + _schema_text(aspects))
+    parts.extend(_tasks(part, reference_tag, reason_chars))
+    if mode in ("json_object", "text"):  # no schema travels with the request: it goes in the prompt
+        parts.append("JSON schema: " + _schema_text(part, reason_chars))
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n".join(parts)}]
-    return Prompt(messages, tuple(truncated), version_for(aspects, fused))
+    return Prompt(messages, tuple(truncated), version)
 
 
-def retry_messages(answer: str, error: str) -> list[dict[str, str]]:
-    """What is appended after an invalid answer: the answer itself, then why it was rejected."""
+def retry_messages(answer: str, error: str, part: Part, reason_chars: int = REASON_CHARS) -> list[dict[str, str]]:
+    """What is appended after an invalid answer: the answer itself, why it was rejected, and a stricter
+    restatement of the shape (a small model that ignored the task text often follows a short rule)."""
+    rules = []
+    if part.per_context:
+        rules.append(f'"contexts" must have exactly the keys {_keys(part.indices)}')
+        rules.append(f"every reason at most {reason_chars} characters")
+    if part.missing:
+        rules.append('"missing" is a list of strings')
+    if part.claims:
+        rules.append('"claims" is a list of {"claim", "supported", "context_indices"}')
     return [
         {"role": "assistant", "content": answer[:4000]},
         {
             "role": "user",
-            "content": f"That answer is invalid: {error[:1500]}\nReply again with the corrected JSON object only.",
+            "content": f"That answer is invalid: {error[:1500]}\nReply again with the corrected JSON object "
+            f"only; {'; '.join(rules)}.",
         },
     ]
 
@@ -273,3 +478,41 @@ def parse_json(text: str) -> Any:
         except json.JSONDecodeError as exc:
             error = error or exc
     raise ValueError(f"the reply is not JSON ({error}); reply with a JSON object only")
+
+
+def parse_cut_json(text: str) -> Any:
+    """The complete part of a JSON object cut off mid-way (an answer that hit `max_tokens`): the text up
+    to the last value that closed, with the brackets still open closed. Raises ValueError when none."""
+    start = text.find("{")
+    if start < 0:
+        raise ValueError("the reply has no JSON object")
+    stack: list[str] = []
+    closes: list[tuple[int, str]] = []  # (end of a closed value, the closers still owed there)
+    in_string = escaped = False
+    for pos in range(start, len(text)):
+        char = text[pos]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            continue
+        if char == '"':
+            in_string = True
+        elif char in "{[":
+            stack.append("}" if char == "{" else "]")
+        elif char in "}]":
+            if not stack:
+                break
+            stack.pop()
+            closes.append((pos + 1, "".join(reversed(stack))))
+            if not stack:
+                break
+    for end, closers in reversed(closes[-50:]):
+        try:
+            return json.loads(text[start:end] + closers)
+        except json.JSONDecodeError:
+            continue
+    raise ValueError("the reply is cut off before any complete JSON value")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ragtrace.judges.base import Judge
@@ -15,11 +16,18 @@ def is_local_judge(spec: str | Judge) -> bool:
     return name == "local" or name.startswith("local/")
 
 
-def resolve_judge(judge: str | Judge, *, api_base: str | None = None, **options: Any) -> Judge:
+def resolve_judge(
+    judge: str | Judge,
+    *,
+    api_base: str | None = None,
+    llm_options: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> Judge:
     """`"local"` (or `"local/..."`) is the offline judge; any other string is a litellm model.
 
-    `api_base` reaches a litellm judge only: the local judge has no server to point at, so settings
-    that name one for a litellm judge stay valid when the judge is switched to `"local"`.
+    `api_base` and `llm_options` (LLMJudge keywords such as `timeout`, `max_tokens`) reach a litellm
+    judge only: the local judge has no server to point at, so settings that name one for a litellm
+    judge stay valid when the judge is switched to `"local"`.
     """
     if not isinstance(judge, str):
         if not isinstance(judge, Judge):
@@ -36,4 +44,4 @@ def resolve_judge(judge: str | Judge, *, api_base: str | None = None, **options:
 
     if api_base:
         options["api_base"] = api_base
-    return LLMJudge(name, **options)
+    return LLMJudge(name, **{**options, **(llm_options or {})})

@@ -248,9 +248,10 @@ _BUILTIN_RULES: tuple[_Rule, ...] = (
     _Rule("bearer", _BEARER, lambda m: f"{m.group(1)} {SECRET}"),
     _Rule("assigned_secret", _ASSIGNED, _replace_assigned),
     _Rule("email", _EMAIL, _const(EMAIL)),
+    # An IBAN (country letters, then a mod-97 checksum) can hold a Luhn-valid run of digits: it goes first.
+    _Rule("iban", _IBAN, _replace_iban),
     _Rule("card", _CARD, _replace_card),
     _Rule("ssn", _SSN, _replace_ssn),
-    _Rule("iban", _IBAN, _replace_iban),
     _Rule("phone", _PHONE, _replace_phone),
 )
 

@@ -41,6 +41,13 @@ class RagtraceSettings(BaseModel):
     enabled: bool = True
     judge: str = Field("local", min_length=1, description="'local' or a litellm model, e.g. openai/gpt-4o-mini")
     judge_api_base: str | None = None
+    # LLM judge calls (a litellm judge only); unset keeps LLMJudge's defaults.
+    judge_timeout: float | None = Field(None, gt=0, description="seconds per judge call; cancelled past it")
+    judge_max_retries: int | None = Field(None, ge=0, description="retries of a 429/5xx/connection failure")
+    judge_concurrency: int | None = Field(None, ge=1, description="judge calls in flight at once")
+    judge_max_tokens: int | None = Field(None, ge=1, description="cap on each answer (default: derived)")
+    judge_contexts_per_call: int | None = Field(None, ge=1, description="contexts asked about per call")
+    judge_context_window: int | None = Field(None, ge=1, description="the judge model's context length")
     sample_rate: float = Field(0.1, ge=0.0, le=1.0)
     mode: Mode = "enrich"
     worker: WorkerKind | None = Field(
@@ -112,6 +119,20 @@ class RagtraceSettings(BaseModel):
             return self
         return type(self).model_validate({**self.model_dump(exclude_unset=True), **overrides})
 
+    def llm_judge_options(self) -> dict[str, Any]:
+        """The `resolve_judge` keywords of the judge_* settings: `api_base`, and the LLMJudge call
+        options that are set (as `llm_options`, which reach a litellm judge only)."""
+        options = {
+            "timeout": self.judge_timeout,
+            "max_retries": self.judge_max_retries,
+            "concurrency": self.judge_concurrency,
+            "max_tokens": self.judge_max_tokens,
+            "contexts_per_call": self.judge_contexts_per_call,
+            "context_window": self.judge_context_window,
+        }
+        chosen = {name: value for name, value in options.items() if value is not None}
+        return {"api_base": self.judge_api_base, "llm_options": chosen}
+
     def processor_options(self) -> dict[str, Any]:
         """The `ScoringOptions` keyword arguments these settings stand for (judge and metrics excluded;
         `worker` only when chosen: the pieces' own default is the thread)."""
@@ -165,7 +186,7 @@ def scoring_options(
     spec = settings.judge if judge is None else judge
     kwargs = settings.processor_options()
     kwargs["worker"] = settings.worker or ("process" if settings.mode == "enrich" else "thread")
-    kwargs["judge"] = resolve_judge(spec, api_base=settings.judge_api_base)
+    kwargs["judge"] = resolve_judge(spec, **settings.llm_judge_options())
     if is_local_judge(spec) and not concurrency_chosen:
         kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
     kwargs["metrics"] = settings.build_metrics(meter_provider)

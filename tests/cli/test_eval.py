@@ -258,3 +258,36 @@ def test_litellm_judge_through_api_base(
     assert summary["scorers"]["context_recall"]["mean"] == 0.5  # "It is heavy." is in no context
     assert summary["judge"]["model"] == "openai/judge-test"
     assert summary["judge"]["calls"] == len(judge_server.requests) == 2
+
+
+def test_llm_judge_call_options_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], judge_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--judge-max-tokens and --judge-contexts-per-call shape each call; --judge-timeout bounds it."""
+    from tests.servers.judge import Hang
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    rows = [{"id": "a", "query": "where is the gold?", "contexts": ["The gold is in the vault.", "Tin is cheap.",
+             "Lead is grey."], "response": "In the vault.", "ground_truth": "The gold is in the vault."}]
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    base = ["eval", str(data), "--judge", "openai/judge-test", "--api-base", judge_server.url + "/v1",
+            "--scorers", "context_precision", "--json", "--quiet"]
+    code = main([*base, "--judge-max-tokens", "321", "--judge-contexts-per-call", "2"])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    assert json.loads(stdout)["scorers"]["context_precision"]["mean"] == 1.0
+    assert [b["max_tokens"] for b in judge_server.requests] == [321, 321]
+    asked = [list(b["response_format"]["json_schema"]["schema"]["properties"]["contexts"]["properties"])
+             for b in judge_server.requests]
+    assert asked == [["0", "1"], ["2"]]
+
+    judge_server.default = Hang(10.0)
+    started = time.perf_counter()
+    code = main([*base, "--judge-timeout", "0.5", "--judge-retries", "0", "--out", str(tmp_path / "out.jsonl")])
+    capsys.readouterr()
+    assert time.perf_counter() - started < 8.0
+    (result,) = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert "judge_timeout" in json.dumps(result)
+
+    assert main(["eval", str(data), "--judge", "local", "--judge-timeout", "5", "--quiet"]) == 2
+    assert "apply to a litellm judge" in capsys.readouterr().err

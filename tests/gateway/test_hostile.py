@@ -67,8 +67,19 @@ def raw_exchange(port: int, data: bytes, *, keep_sending: bytes = b"", timeout: 
                     break
                 except BlockingIOError:
                     time.sleep(0.01)
-            return answer, time.monotonic() - started
-        return connection.recv(4096), time.monotonic() - started
+            connection.setblocking(True)
+            connection.settimeout(max(0.1, timeout - (time.monotonic() - started)))
+            return answer + _rest(connection), time.monotonic() - started
+        return _rest(connection), time.monotonic() - started
+
+
+def _rest(connection: socket.socket) -> bytes:
+    """Everything until the server closes: headers and body may come in separate segments."""
+    out = b""
+    with contextlib.suppress(OSError):
+        while chunk := connection.recv(4096):
+            out += chunk
+    return out
 
 
 def status_of(answer: bytes) -> int:

@@ -30,7 +30,16 @@ from ragtrace.judges import (
     VerdictCache,
     judge_and_score,
 )
-from ragtrace.judges.prompts import TokenCounter, cut_to_budget, parse_json
+from ragtrace.judges.llm import _known_window
+from ragtrace.judges.prompts import (
+    Part,
+    TokenCounter,
+    answer_schema,
+    cut_to_budget,
+    output_budget,
+    parse_cut_json,
+    parse_json,
+)
 from ragtrace.scoring import (
     Aspect,
     ContextPrecision,
@@ -38,7 +47,23 @@ from ragtrace.scoring import (
     RagSample,
     default_scorers,
 )
-from tests.servers.judge import Fenced, Hang, JudgeServer, NotJson, Status, Valid, WrongCount
+from tests.servers.judge import (
+    CutOff,
+    Fenced,
+    Hang,
+    JudgeServer,
+    NotJson,
+    Partial,
+    Status,
+    Valid,
+    WrongCount,
+    llama_cpp_python_refusal,
+    llama_cpp_server_refusal,
+    ollama_refusal,
+    request_schema,
+    vllm_refusal,
+)
+from tests.servers.judge import schema_fields as server_schema_fields
 
 GROUND_TRUTH = (
     "Paris is the capital of France. The Eiffel Tower stands in Paris. Paris hosted the 1900 Olympics."
@@ -82,16 +107,20 @@ def errors(result: SampleScores) -> set[str | None]:
     return {r.error for r in result.results}
 
 
+def schema_keys(body: dict[str, Any]) -> list[str]:
+    schema = request_schema(body)
+    assert schema is not None
+    return list(schema["properties"]["contexts"]["properties"])
+
+
 def user_prompt(body: dict[str, Any]) -> str:
     return str(next(m["content"] for m in body["messages"] if m["role"] == "user"))
 
 
 def schema_fields(body: dict[str, Any]) -> set[str]:
-    schema = body["response_format"]["json_schema"]["schema"]
-    fields = set(schema["properties"])
-    for definition in schema.get("$defs", {}).values():
-        fields |= set(definition["properties"])
-    return fields
+    schema = request_schema(body)
+    assert schema is not None
+    return server_schema_fields(schema)
 
 
 # --- the happy path --------------------------------------------------------------------------------------
@@ -118,7 +147,7 @@ def test_fused_answer_scores_all_three_in_one_call(judge_server: JudgeServer) ->
     assert usage.input_tokens == judge_server.usages[0]["prompt_tokens"]
     assert usage.output_tokens == judge_server.usages[0]["completion_tokens"]
     assert usage.cost_usd is None  # no price is known for this model, and that is not an error
-    assert usage.model == "openai/judge-test" and usage.prompt_version == "fused-v1"
+    assert usage.model == "openai/judge-test" and usage.prompt_version == "fused-v2"
     assert usage.latency_ms > 0
 
 
@@ -138,9 +167,9 @@ def test_per_scorer_mode_makes_one_call_per_scorer_with_a_narrow_schema(judge_se
     assert not {"useful", "level", "contexts"} & recall
     versions = {r.name: r.usage.prompt_version for r in result.results}
     assert versions == {
-        "context_precision": "usefulness-v1",
-        "context_relevance": "relevance-v1",
-        "context_recall": "claims-v1",
+        "context_precision": "usefulness-v2",
+        "context_relevance": "relevance-v2",
+        "context_recall": "claims-v2",
     }
     assert result.usage.calls == 3
 
@@ -164,7 +193,7 @@ def test_non_fused_judge_asked_for_several_aspects_merges_per_aspect_answers(
 
 
 def test_endpoint_rejecting_json_schema_falls_back_to_json_mode_once(judge_server: JudgeServer) -> None:
-    judge_server.reject_formats = {"json_schema"}  # llama.cpp's server answers 422
+    judge_server.reject_formats = {"json_schema"}  # answered 422
     judge = make_judge(judge_server)
 
     first = score(judge)
@@ -172,17 +201,29 @@ def test_endpoint_rejecting_json_schema_falls_back_to_json_mode_once(judge_serve
     assert scores(first) == EXPECTED
     kinds = [b.get("response_format", {}).get("type") for b in judge_server.requests]
     assert kinds == ["json_schema", "json_object"]
-    assert "JSON schema:" in user_prompt(judge_server.requests[1])  # the schema moved into the prompt
+    assert "schema" in judge_server.requests[1]["response_format"]  # JSON mode, the schema as a grammar
+    assert "JSON schema:" not in user_prompt(judge_server.requests[1])
     assert first.usage.calls == 2  # the refused probe is a call too
-    assert judge.mode == "json_object"
+    assert judge.mode == "json_object_schema"
 
     other = SAMPLE.model_copy(update={"query": "Which city is the capital of France?"})
     assert score(judge, other).results[0].error is None
     assert [b["response_format"]["type"] for b in judge_server.requests[2:]] == ["json_object"]
 
 
+def test_endpoint_rejecting_a_schema_in_json_mode_gets_it_in_the_prompt(judge_server: JudgeServer) -> None:
+    judge_server.reject_formats = {"json_schema", "json_object_schema"}
+    judge = make_judge(judge_server)
+
+    assert scores(score(judge)) == EXPECTED
+    assert judge.mode == "json_object"
+    last = judge_server.requests[-1]
+    assert last["response_format"] == {"type": "json_object"}
+    assert "JSON schema:" in user_prompt(last)  # the schema moved into the prompt
+
+
 def test_endpoint_without_any_json_mode_gets_the_schema_in_the_prompt(judge_server: JudgeServer) -> None:
-    judge_server.reject_formats = {"json_schema", "json_object"}
+    judge_server.reject_formats = {"json_schema", "json_object_schema", "json_object"}
     judge_server.default = Fenced()  # and it answers in a ```json fence after some prose
     judge = make_judge(judge_server)
 
@@ -190,34 +231,233 @@ def test_endpoint_without_any_json_mode_gets_the_schema_in_the_prompt(judge_serv
 
     assert scores(result) == EXPECTED
     assert "response_format" not in judge_server.requests[-1]
-    assert len(judge_server.requests) == 3
+    assert len(judge_server.requests) == 4
     assert judge.mode == "text"
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [llama_cpp_python_refusal, llama_cpp_server_refusal, vllm_refusal, ollama_refusal],
+    ids=["llama-cpp-python-500", "llama.cpp-server-500", "vllm-400", "ollama-400"],
+)
+def test_a_refusal_of_the_format_steps_down_whatever_its_status(judge_server: JudgeServer, refusal: Any) -> None:
+    judge_server.reject_formats = {"json_schema"}
+    judge_server.refusal = refusal
+    judge = make_judge(judge_server, max_retries=3)
+
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 2  # one refused probe, no outage retries
+    assert judge.mode == "json_object_schema"
+    counts = judge.path_counts()
+    assert counts["format_stepdowns"] == 1 and counts.get("transport_retries", 0) == 0
+
+
+def test_an_outage_500_is_not_mistaken_for_a_format_refusal(judge_server: JudgeServer) -> None:
+    judge_server.default = Status(500, "CUDA error: out of memory while evaluating the prompt")
+    judge = make_judge(judge_server, max_retries=2)
+
+    result = score(judge)
+
+    assert errors(result) == {"judge_unavailable"}
+    assert [b["response_format"]["type"] for b in judge_server.requests] == ["json_schema"] * 3
+    assert judge.mode == "json_schema"
+
+
+def test_the_mode_found_is_remembered_for_the_endpoint(judge_server: JudgeServer) -> None:
+    judge_server.reject_formats = {"json_schema"}
+    judge_server.refusal = llama_cpp_python_refusal
+    score(make_judge(judge_server))
+    probes = len(judge_server.requests)
+
+    another = make_judge(judge_server, cache=False)  # a new judge on the same server and model
+    assert another.mode == "json_object_schema"
+    other = SAMPLE.model_copy(update={"query": "Which city is the capital of France?"})
+    assert errors(score(another, other)) == {None}
+    assert len(judge_server.requests) == probes + 1  # no second probe
+
+
+# --- the schema and the output budget ----------------------------------------------------------------------
+
+
+def test_the_schema_asks_exactly_one_bounded_verdict_per_context(judge_server: JudgeServer) -> None:
+    score(make_judge(judge_server, reason_chars=60))
+    schema = request_schema(judge_server.requests[0])
+    assert schema is not None
+    contexts = schema["properties"]["contexts"]
+    assert contexts["required"] == ["0", "1", "2", "3", "4"] == list(contexts["properties"])
+    assert contexts["additionalProperties"] is False
+    verdict = contexts["properties"]["3"]
+    assert set(verdict["required"]) == {"reason", "useful", "level", "used"}
+    assert verdict["properties"]["reason"]["maxLength"] == 60
+    assert verdict["properties"]["level"]["enum"] == ["high", "medium", "low", "none"]
+    assert schema["properties"]["missing"]["maxItems"] >= 1
+    assert set(schema["required"]) == {"contexts", "missing", "claims"}
+
+
+def test_the_schema_is_keyed_by_what_varies() -> None:
+    usefulness = frozenset({Aspect.USEFULNESS})
+    five = answer_schema(Part(usefulness, (0, 1, 2, 3, 4)))
+    three = answer_schema(Part(usefulness, (2, 3, 4)))
+    assert list(three["properties"]["contexts"]["properties"]) == ["2", "3", "4"]
+    assert list(five["properties"]["contexts"]["properties"]) == ["0", "1", "2", "3", "4"]
+    assert "missing" not in five["properties"] and "claims" not in five["properties"]
+    short = answer_schema(Part(usefulness, (0, 1, 2, 3, 4)), reason_chars=20)
+    assert short["properties"]["contexts"]["properties"]["0"]["properties"]["reason"]["maxLength"] == 20
+
+
+def test_max_tokens_is_sent_and_follows_what_the_call_asks(judge_server: JudgeServer) -> None:
+    score(make_judge(judge_server))
+    sent = judge_server.requests[0]["max_tokens"]
+    assert sent == output_budget(
+        Part(frozenset({Aspect.USEFULNESS, Aspect.RELEVANCE}), (0, 1, 2, 3, 4), missing=True, claims=True),
+        TokenCounter("openai/judge-test")(GROUND_TRUTH),
+    )
+    few = output_budget(Part(frozenset({Aspect.USEFULNESS}), (0, 1)), 0)
+    many = output_budget(Part(frozenset({Aspect.USEFULNESS}), tuple(range(10))), 0)
+    assert few < many < sent * 3
+
+    fixed = make_judge(judge_server, max_tokens=333, cache=False)
+    score(fixed)
+    assert judge_server.requests[-1]["max_tokens"] == 333
+
+
+# --- partial answers and retries that change something --------------------------------------------------
+
+
+def test_verdicts_for_some_contexts_are_kept_and_the_rest_asked_again(judge_server: JudgeServer) -> None:
+    judge_server.script(Partial(only=(1, 3)))  # like the small model's "got indices [4, 5]"
+    judge = make_judge(judge_server)
+
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 2
+    assert schema_keys(judge_server.requests[1]) == ["0", "2", "4"]
+    assert user_prompt(judge_server.requests[1]).count("<context index=") == 3
+    assert judge.path_counts()["followup_calls"] == 1
+
+
+def test_an_answer_cut_at_the_token_limit_is_read_up_to_the_cut(judge_server: JudgeServer) -> None:
+    judge_server.script(CutOff(chars=260))  # a couple of verdicts, then the cut
+    judge = make_judge(judge_server)
+
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    follow_up = schema_keys(judge_server.requests[1])
+    assert follow_up and follow_up[0] != "0" and len(follow_up) < 5  # the first verdicts were kept
+    counts = judge.path_counts()
+    assert counts["cut_answers_read"] == 1 and counts["followup_calls"] == 1
+
+
+def test_retries_of_an_unusable_answer_change_the_question(judge_server: JudgeServer) -> None:
+    judge_server.default = NotJson()  # the same text every time
+    judge = make_judge(judge_server, max_invalid_retries=2)
+
+    result = score(judge)
+
+    assert errors(result) == {"judge_invalid_output"}
+    bodies = judge_server.requests
+    assert len(bodies) == 3
+    assert [b["temperature"] for b in bodies] == [0.0, 0.0, pytest.approx(0.3)]
+    for body in bodies[1:]:
+        last = body["messages"][-1]["content"]
+        assert "not JSON" in last  # the error is shown
+        assert '"contexts" must have exactly the keys "0", "1", "2", "3", "4"' in last  # and a stricter rule
+    counts = judge.path_counts()
+    assert (counts["invalid_retries"], counts["temperature_steps"]) == (2, 1)
+
+
+# --- smaller prompts for small models -------------------------------------------------------------------
+
+
+def test_contexts_per_call_splits_the_verdicts_into_chunks(judge_server: JudgeServer) -> None:
+    judge = make_judge(judge_server, contexts_per_call=2)
+
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    keys = [schema_keys(b) if "contexts" in schema_fields(b) else [] for b in judge_server.requests]
+    assert keys == [["0", "1"], ["2", "3"], ["4"], []]
+    chunk_prompt = user_prompt(judge_server.requests[1])
+    assert chunk_prompt.count("<context index=") == 2 and "<ground_truth>" not in chunk_prompt
+    sample_level = judge_server.requests[3]
+    assert schema_fields(sample_level) >= {"missing", "claims"}
+    assert user_prompt(sample_level).count("<context index=") == 5  # claims are checked against all
+    assert result.usage.calls == 4
+    assert judge.path_counts()["chunked_requests"] == 1
+
+
+def test_a_prompt_too_long_for_the_context_window_is_split_per_aspect_then_chunked(
+    judge_server: JudgeServer,
+) -> None:
+    judge = make_judge(judge_server, context_window=500)
+
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    counts = judge.path_counts()
+    assert counts["split_per_aspect"] == 1 and counts["chunked_requests"] == 2  # usefulness and relevance
+    count = TokenCounter("openai/judge-test")
+    per_context = [b for b in judge_server.requests if "contexts" in schema_fields(b)]
+    assert sorted(k for b in per_context for k in schema_keys(b)) == sorted([str(i) for i in range(5)] * 2)
+    for body in per_context:  # (claims need every context: that call is as small as it gets)
+        prompt = "\n".join(m["content"] for m in body["messages"])
+        assert count(prompt) + body["max_tokens"] <= 500
+        assert len(schema_keys(body)) < 5
+
+
+def test_the_context_window_comes_from_litellm_when_it_knows_the_model() -> None:
+    assert _known_window("openai/gpt-4o-mini") == litellm.model_cost["gpt-4o-mini"]["max_input_tokens"]
+    assert _known_window("openai/some-local-model") is None
+
+
+def test_parse_cut_json_keeps_what_closed_before_the_cut() -> None:
+    cut = '{"contexts": {"0": {"reason": "a", "useful": true}, "1": {"reason": "b", "use'
+    assert parse_cut_json(cut) == {"contexts": {"0": {"reason": "a", "useful": True}}}
+    assert parse_cut_json('{"a": "x}y", "b": [1, 2], "c": [3') == {"a": "x}y", "b": [1, 2]}
+    with pytest.raises(ValueError):
+        parse_cut_json('{"contexts": {"0": {"rea')
 
 
 # --- invalid answers ---------------------------------------------------------------------------------------
 
 
-def test_wrong_verdict_count_is_retried_with_the_error_shown(judge_server: JudgeServer) -> None:
+def test_an_answer_missing_a_verdict_is_completed_by_a_follow_up_for_that_context(
+    judge_server: JudgeServer,
+) -> None:
     judge_server.script(WrongCount())
-    result = score(make_judge(judge_server))
+    judge = make_judge(judge_server)
+    result = score(judge)
 
     assert scores(result) == EXPECTED
     assert len(judge_server.requests) == 2
-    retry = judge_server.requests[1]["messages"]
-    assert retry[-2]["role"] == "assistant"
-    assert "expected exactly one verdict for each context index 0..4" in retry[-1]["content"]
+    follow_up = judge_server.requests[1]
+    assert len(follow_up["messages"]) == 2  # a fresh, smaller question, not the conversation again
+    assert schema_keys(follow_up) == ["4"]
+    assert not {"missing", "claims"} & schema_fields(follow_up)  # those came with the first answer
+    prompt = user_prompt(follow_up)
+    assert f'<context index="4">{CONTEXTS[4]}</context>' in prompt
+    assert prompt.count("<context index=") == 1
     assert result.usage.calls == 2
+    assert judge.path_counts()["followup_calls"] == 1
 
 
 def test_wrong_verdict_count_every_time_is_a_typed_error(judge_server: JudgeServer) -> None:
     judge_server.default = WrongCount()
-    result = score(make_judge(judge_server, max_invalid_retries=2))
+    judge = make_judge(judge_server, max_invalid_retries=2)
+    result = score(judge)
 
     assert errors(result) == {"judge_invalid_output"}
     assert all(r.score is None for r in result.results)
-    assert len(judge_server.requests) == 3
-    assert result.results[0].usage.calls == 3
-    assert "expected exactly one verdict" in (result.results[0].error_message or "")
+    # 0..3 answered, then a follow-up for 4 that answers nothing, retried twice
+    assert len(judge_server.requests) == 4
+    assert result.results[0].usage.calls == 4
+    assert "no valid verdict for context indices [4]" in (result.results[0].error_message or "")
+    counts = judge.path_counts()
+    assert (counts["followup_calls"], counts["invalid_retries"], counts["failed"]) == (1, 2, 1)
 
 
 def test_non_json_answer_is_retried_then_scored(judge_server: JudgeServer) -> None:
@@ -278,6 +518,22 @@ def test_a_hang_ends_as_judge_timeout_in_bounded_time(judge_server: JudgeServer)
     assert errors(result) == {"judge_timeout"}
     assert elapsed < 4.0
     assert len(judge_server.requests) == 1  # a timeout is not retried: it would multiply the wait
+
+
+def test_a_timed_out_call_is_cancelled_on_the_server(judge_server: JudgeServer) -> None:
+    judge_server.default = Valid(chunk_delay=0.1)  # a slow model: ~60 chunks, one every 0.1 s
+    judge = make_judge(judge_server, timeout=0.6)
+
+    result = score(judge)
+
+    assert errors(result) == {"judge_timeout"}
+    assert "--judge-timeout" in (result.results[0].error_message or "")
+    deadline = time.monotonic() + 5.0
+    while judge_server.disconnects == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert judge_server.disconnects == 1  # the server saw the client go, and stopped "generating"
+    assert judge_server.chunks_sent < 30
+    assert judge.path_counts()["timeouts"] == 1
 
 
 def test_other_client_errors_are_typed_and_not_retried(judge_server: JudgeServer) -> None:
@@ -370,6 +626,16 @@ def test_budget_still_counts_when_the_server_reports_no_usage(judge_server: Judg
     assert errors(result) == {None}
     prompt_tokens = TokenCounter("openai/judge-test")(user_prompt(judge_server.requests[0]))
     assert budget.spent() > prompt_tokens  # our own count of prompt and answer
+    assert result.usage.input_tokens > prompt_tokens and result.usage.output_tokens > 0  # and in the usage
+
+
+def test_a_judge_that_does_not_stream_scores_the_same(judge_server: JudgeServer) -> None:
+    judge = make_judge(judge_server, stream=False)
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    assert "stream" not in judge_server.requests[0]
+    assert result.usage.input_tokens == judge_server.usages[0]["prompt_tokens"]
 
 
 # --- prompt contents ---------------------------------------------------------------------------------------

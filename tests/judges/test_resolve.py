@@ -45,3 +45,11 @@ def test_api_base_reaches_a_litellm_judge(judge_server: JudgeServer) -> None:
 def test_an_empty_spec_is_a_clear_error(spec: str) -> None:
     with pytest.raises(ValueError, match="empty"):
         resolve_judge(spec)
+
+
+def test_llm_options_reach_a_litellm_judge_only() -> None:
+    options = {"timeout": 240.0, "max_tokens": 512, "contexts_per_call": 3}
+    judge = resolve_judge("openai/judge-test", llm_options=options)
+    assert isinstance(judge, LLMJudge)
+    assert (judge.timeout, judge.max_tokens, judge.contexts_per_call) == (240.0, 512, 3)
+    assert isinstance(resolve_judge("local", llm_options=options), LocalJudge)

@@ -6,7 +6,7 @@ import logging
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ragtrace.live.redaction import CARD, EMAIL, FAILED, IBAN, PHONE, REDACTED, SECRET, SSN, Redactor
@@ -250,6 +250,7 @@ def with_iban_check_digits(country: str, bban: str) -> str:
     st.from_regex(r"[A-Z]{2}", fullmatch=True), st.from_regex(r"[0-9A-Z]{12,26}", fullmatch=True),
     st.booleans(), words, words,
 )
+@example("AA", "0000000000080", False, " ", " ")  # its digits pass Luhn: once redacted as a card
 def test_any_checksummed_iban_is_redacted(country: str, bban: str, grouped: bool, before: str, after: str) -> None:
     iban = with_iban_check_digits(country, bban)
     text = " ".join(iban[i : i + 4] for i in range(0, len(iban), 4)) if grouped else iban

@@ -258,3 +258,30 @@ def test_install_placement_names_where_ragtrace_sits() -> None:
     assert isinstance(behind_default, RagScoringSpanProcessor)
     assert behind_default.scoring.options.worker == "thread"  # link mode scores in a thread
     two.shutdown()
+
+
+def test_llm_judge_call_settings_come_from_the_environment() -> None:
+    env = {
+        "RAGTRACE_JUDGE": "openai/judge-x",
+        "RAGTRACE_JUDGE_TIMEOUT": "240",
+        "RAGTRACE_JUDGE_MAX_RETRIES": "1",
+        "RAGTRACE_JUDGE_CONCURRENCY": "2",
+        "RAGTRACE_JUDGE_MAX_TOKENS": "512",
+        "RAGTRACE_JUDGE_CONTEXTS_PER_CALL": "3",
+        "RAGTRACE_JUDGE_CONTEXT_WINDOW": "4096",
+    }
+    settings = RagtraceSettings.from_env(env)
+    provider = TracerProvider()
+    provider.add_span_processor(CountingProcessor())
+    processor = install(provider, settings=settings)
+    assert processor is not None
+    try:
+        judge = processor.scoring.options.judge
+        assert (judge.timeout, judge.max_retries, judge.concurrency) == (240.0, 1, 2)  # type: ignore[attr-defined]
+        assert (judge.max_tokens, judge.contexts_per_call, judge.context_window) == (  # type: ignore[attr-defined]
+            512, 3, 4096
+        )
+    finally:
+        provider.shutdown()
+    with pytest.raises(ValueError, match="RAGTRACE_JUDGE_TIMEOUT='0'"):
+        RagtraceSettings.from_env({"RAGTRACE_JUDGE_TIMEOUT": "0"})

@@ -10,8 +10,11 @@ and computes verdicts deterministically (see `oracle`). A test scripts what the 
         ...
         assert len(judge_server.requests) == 2
 
-Endpoint traits that persist (`reject_formats={"json_schema"}` answers 422 like llama.cpp's server)
-are attributes. Every request body is recorded, and so is the peak number of requests in flight.
+Endpoint traits that persist are attributes: `reject_formats={"json_schema"}` refuses that
+structured-output type the way `refusal` says (llama-cpp-python's 500, llama.cpp's, vLLM's, Ollama's
+shapes are below). A request with `stream: true` gets server-sent events, chunk by chunk; a client that
+closes the stream is counted in `disconnects`. Every request body is recorded, and so is the peak
+number of requests in flight.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,20 +32,30 @@ from typing import Any
 import pytest
 
 __all__ = [
+    "CutOff",
     "Fenced",
     "Hang",
     "JudgeServer",
     "NotJson",
+    "Partial",
     "Status",
     "Valid",
     "WrongCount",
     "judge_server",
+    "llama_cpp_python_refusal",
+    "llama_cpp_server_refusal",
+    "ollama_refusal",
     "oracle",
     "parse_prompt",
+    "request_schema",
+    "schema_fields",
+    "unprocessable_refusal",
+    "vllm_refusal",
 ]
 
 _CONTEXT = re.compile(r'<context index="(\d+)">(.*?)</context>', re.DOTALL)
 _WORD = re.compile(r"[a-z0-9]{4,}")
+_SCHEMA_LINE = re.compile(r"^JSON schema: (.*)$", re.MULTILINE)
 
 
 def _tag(text: str, name: str) -> str | None:
@@ -52,40 +65,64 @@ def _tag(text: str, name: str) -> str | None:
 
 @dataclass
 class Parsed:
-    """What the server read back out of a ragtrace prompt."""
+    """What the server read back out of a ragtrace prompt and the schema it was asked to fill."""
 
     query: str
-    contexts: list[str]
+    contexts: dict[int, str]
     reference: str | None
     response: str | None
     ground_truth: str | None
     fields: set[str]
+    asked: list[int]  # the context indices the schema wants a verdict for
 
 
-def _schema_fields(body: dict[str, Any]) -> set[str] | None:
+def request_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The answer schema a request carries: in `response_format` (json_schema, or json_object with a
+    `schema` as llama-cpp-python takes it), else on the prompt's "JSON schema:" line."""
     fmt = body.get("response_format") or {}
-    if fmt.get("type") != "json_schema":
-        return None
-    schema = fmt["json_schema"]["schema"]
-    fields = set(schema.get("properties", {}))
-    for definition in schema.get("$defs", {}).values():
-        fields |= set(definition.get("properties", {}))
-    return fields
+    if fmt.get("type") == "json_schema":
+        return dict(fmt["json_schema"]["schema"])
+    if fmt.get("type") == "json_object" and "schema" in fmt:
+        return dict(fmt["schema"])
+    prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    line = _SCHEMA_LINE.search(prompt)
+    return dict(json.loads(line.group(1))) if line else None
+
+
+def schema_fields(schema: dict[str, Any]) -> set[str]:
+    """Every property name in a schema, at any depth (context index keys left out)."""
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for name, child in (node.get("properties") or {}).items():
+                if not name.isdigit():
+                    names.add(name)
+                walk(child)
+            walk(node.get("items"))
+            for child in (node.get("$defs") or {}).values():
+                walk(child)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child)
+
+    walk(schema)
+    return names
 
 
 def parse_prompt(body: dict[str, Any]) -> Parsed:
-    """Read the sample back from the first user message; the asked fields from the schema or the prompt."""
+    """Read the sample back from the first user message, and the asked fields and indices from the schema."""
     prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    fields = _schema_fields(body)
-    if fields is None:  # no schema sent: answer what the instructions mention
-        fields = {f for f in ("contexts", "useful", "level", "used", "missing", "claims") if f'"{f}"' in prompt}
+    schema = request_schema(body) or {}
+    contexts_schema = schema.get("properties", {}).get("contexts", {})
     return Parsed(
         query=_tag(prompt, "query") or "",
-        contexts=[m.group(2) for m in _CONTEXT.finditer(prompt)],
+        contexts={int(m.group(1)): m.group(2) for m in _CONTEXT.finditer(prompt)},
         reference=_tag(prompt, "reference"),
         response=_tag(prompt, "response"),
         ground_truth=_tag(prompt, "ground_truth"),
-        fields=fields,
+        fields=schema_fields(schema),
+        asked=[int(k) for k in contexts_schema.get("properties", {})],
     )
 
 
@@ -94,7 +131,7 @@ def _sentences(text: str) -> list[str]:
 
 
 def oracle(parsed: Parsed) -> dict[str, Any]:
-    """Deterministic verdicts a test can predict.
+    """Deterministic verdicts a test can predict, in the shape the schema asks (contexts keyed by index).
 
     useful: the context's first sentence appears in the reference (or the ground truth when the
     reference is sent as <ground_truth>). level: high when useful, low when it shares a 4+ letter word with
@@ -105,24 +142,25 @@ def oracle(parsed: Parsed) -> dict[str, Any]:
     reference = parsed.reference or parsed.ground_truth or parsed.response or ""
     query_words = set(_WORD.findall(parsed.query.lower()))
     response_words = set(_WORD.findall((parsed.response or "").lower()))
-    contexts = []
-    for i, text in enumerate(parsed.contexts):
+    contexts: dict[str, Any] = {}
+    for i in parsed.asked:
+        text = parsed.contexts.get(i, "")
         first = (_sentences(text) or [""])[0]
         useful = bool(first) and first in reference
         words = set(_WORD.findall(text.lower()))
         level = "high" if useful else ("low" if words & query_words else "none")
-        verdict: dict[str, Any] = {"index": i, "reason": f"context {i} judged by the oracle"}
+        verdict: dict[str, Any] = {"reason": f"context {i} judged by the oracle"}
         if "useful" in parsed.fields:
             verdict["useful"] = useful
         if "level" in parsed.fields:
             verdict["level"] = level
             verdict["used"] = level == "high" and bool(words & response_words)
-        contexts.append(verdict)
+        contexts[str(i)] = verdict
     claims = []
     for sentence in _sentences(parsed.ground_truth or ""):
-        support = [i for i, text in enumerate(parsed.contexts) if sentence in text]
+        support = [i for i, text in sorted(parsed.contexts.items()) if sentence in text]
         claims.append({"claim": sentence, "supported": bool(support), "context_indices": support})
-    context_words = set(_WORD.findall(" ".join(parsed.contexts).lower()))
+    context_words = set(_WORD.findall(" ".join(parsed.contexts.values()).lower()))
     answer: dict[str, Any] = {}
     if "contexts" in parsed.fields:
         answer["contexts"] = contexts
@@ -142,6 +180,8 @@ class Reply:
     content: str | None = None
     body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    finish_reason: str = "stop"
+    chunk_delay: float = 0.0  # seconds between streamed chunks
 
 
 class Behaviour:
@@ -153,12 +193,13 @@ class Behaviour:
 
 @dataclass
 class Valid(Behaviour):
-    """The oracle's answer, after `delay` seconds."""
+    """The oracle's answer, after `delay` seconds; streamed with `chunk_delay` between chunks."""
 
     delay: float = 0.0
+    chunk_delay: float = 0.0
 
     def reply(self, body: dict[str, Any]) -> Reply:
-        return Reply(content=json.dumps(oracle(parse_prompt(body))))
+        return Reply(content=json.dumps(oracle(parse_prompt(body))), chunk_delay=self.chunk_delay)
 
 
 @dataclass
@@ -179,8 +220,36 @@ class WrongCount(Behaviour):
 
     def reply(self, body: dict[str, Any]) -> Reply:
         answer = oracle(parse_prompt(body))
-        answer["contexts"] = answer.get("contexts", [])[:-1]
+        contexts = answer.get("contexts", {})
+        answer["contexts"] = dict(list(contexts.items())[:-1])
         return Reply(content=json.dumps(answer))
+
+
+@dataclass
+class Partial(Behaviour):
+    """The oracle's answer for only the asked indices in `only` (what a small model often does), as a
+    list of entries with "index" (the other shape a model may choose); the sample-level fields kept."""
+
+    only: tuple[int, ...] = ()
+    delay: float = 0.0
+
+    def reply(self, body: dict[str, Any]) -> Reply:
+        answer = oracle(parse_prompt(body))
+        answer["contexts"] = [
+            {"index": int(k), **v} for k, v in answer.get("contexts", {}).items() if int(k) in self.only
+        ]
+        return Reply(content=json.dumps(answer))
+
+
+@dataclass
+class CutOff(Behaviour):
+    """The oracle's answer cut after `chars` characters, ended like a reply that hit max_tokens."""
+
+    chars: int = 200
+    delay: float = 0.0
+
+    def reply(self, body: dict[str, Any]) -> Reply:
+        return Reply(content=json.dumps(oracle(parse_prompt(body)))[: self.chars], finish_reason="length")
 
 
 @dataclass
@@ -194,16 +263,19 @@ class NotJson(Behaviour):
 
 @dataclass
 class Status(Behaviour):
-    """An HTTP error status with an OpenAI-style error body."""
+    """An HTTP error status with an OpenAI-style error body (`top_level`: vLLM's, without the "error" wrapper)."""
 
     status: int = 500
     message: str = "scripted error"
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    error_type: str = "scripted"
+    top_level: bool = False
 
     def reply(self, body: dict[str, Any]) -> Reply:
-        error = {"error": {"message": self.message, "type": "scripted", "code": self.status}}
-        return Reply(status=self.status, body=error, headers=dict(self.headers))
+        error = {"message": self.message, "type": self.error_type, "param": None, "code": self.status}
+        payload = {"object": "error", **error} if self.top_level else {"error": error}
+        return Reply(status=self.status, body=payload, headers=dict(self.headers))
 
 
 @dataclass
@@ -216,6 +288,42 @@ class Hang(Behaviour):
         return Valid().reply(body)
 
 
+# How servers that cannot honour a structured-output type refuse it (`JudgeServer.refusal`).
+
+
+def llama_cpp_python_refusal(kind: str) -> Status:
+    """llama-cpp-python 0.3.36 (as run for bench/llm_judge_real.py): its request model allows only
+    text/json_object; the validation error reaches its catch-all route handler, which answers 500 with
+    the error's text (and a traceback line, left out here)."""
+    message = (
+        "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+        f"'msg': \"Input should be 'text' or 'json_object'\", 'input': '{kind}', "
+        "'ctx': {'expected': \"'text' or 'json_object'\"}}"
+    )
+    return Status(500, message, error_type="internal_server_error")
+
+
+def llama_cpp_server_refusal(kind: str) -> Status:
+    """llama.cpp's C++ server (builds without json_schema support)."""
+    return Status(500, f'response_format type must be one of "text" or "json_object", but got: {kind}',
+                  error_type="server_error")
+
+
+def vllm_refusal(kind: str) -> Status:
+    """vLLM: a schema its guided-decoding backend cannot compile is a 400 with a top-level error body."""
+    return Status(400, "The provided JSON schema contains features not supported by xgrammar.",
+                  error_type="BadRequestError", top_level=True)
+
+
+def ollama_refusal(kind: str) -> Status:
+    """Ollama's OpenAI-compatible endpoint: a format it cannot turn into a grammar is a 400."""
+    return Status(400, 'invalid format: expected "json" or a valid JSON schema', error_type="invalid_request_error")
+
+
+def unprocessable_refusal(kind: str) -> Status:
+    return Status(422, f"Unsupported response_format type: {kind} (json_schema is not supported)")
+
+
 # --- the server --------------------------------------------------------------------------------------
 
 
@@ -224,12 +332,15 @@ class JudgeServer:
 
     def __init__(self) -> None:
         self.default: Behaviour = Valid()
-        self.reject_formats: set[str] = set()
+        self.reject_formats: set[str] = set()  # "json_schema", "json_object_schema", "json_object"
+        self.refusal: Callable[[str], Status] = unprocessable_refusal
         self.report_usage = True  # some local servers send no `usage`
         self.requests: list[dict[str, Any]] = []
         self.usages: list[dict[str, int]] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.chunks_sent = 0  # streamed chunks written
+        self.disconnects = 0  # streams the client closed before their end
         self._queue: deque[Behaviour] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -260,31 +371,53 @@ class JudgeServer:
             return self._queue.popleft() if self._queue else self.default
 
     def handle(self, body: dict[str, Any]) -> Reply:
-        fmt = (body.get("response_format") or {}).get("type")
-        if fmt in self.reject_formats:  # like llama.cpp's server
-            message = f"Unsupported response_format type: {fmt} (json_schema is not supported)"
-            return Status(422, message).reply(body)
+        fmt = body.get("response_format") or {}
+        kind = fmt.get("type")
+        if kind == "json_object" and "schema" in fmt:
+            kind = "json_object_schema"
+        if kind in self.reject_formats:
+            return self.refusal(str(fmt.get("type"))).reply(body)
         behaviour = self._next()
         if behaviour.delay:
             self._stopping.wait(behaviour.delay)
         return behaviour.reply(body)
 
-    def _completion(self, body: dict[str, Any], content: str) -> dict[str, Any]:
+    def _usage(self, body: dict[str, Any], content: str) -> dict[str, int]:
         prompt = sum(len(m.get("content") or "") for m in body.get("messages", []))
         usage = {"prompt_tokens": prompt // 4, "completion_tokens": len(content) // 4}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         with self._lock:
             self.usages.append(usage)
+        return usage
+
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        content = reply.content or ""
+        usage = self._usage(body, content)
         return {
             "id": f"chatcmpl-{len(self.usages)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "judge-test"),
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                {"index": 0, "message": {"role": "assistant", "content": content},
+                 "finish_reason": reply.finish_reason}
             ],
             **({"usage": usage} if self.report_usage else {}),
         }
+
+    def _chunks(self, body: dict[str, Any], reply: Reply) -> Iterator[dict[str, Any]]:
+        """The reply as OpenAI stream chunks: the content 16 characters at a time, the finish, the usage."""
+        content = reply.content or ""
+        base = {"id": "chatcmpl-stream", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": body.get("model", "judge-test")}
+        yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        for start in range(0, len(content), 16):
+            piece = content[start : start + 16]
+            yield {**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]}
+        usage = self._usage(body, content)
+        if self.report_usage and (body.get("stream_options") or {}).get("include_usage"):
+            yield {**base, "choices": [], "usage": usage}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -310,7 +443,10 @@ class JudgeServer:
                 finally:
                     with server._lock:
                         server.in_flight -= 1
-                payload = reply.body if reply.content is None else server._completion(body, reply.content)
+                if reply.content is not None and body.get("stream"):
+                    self._stream(body, reply)
+                    return
+                payload = reply.body if reply.content is None else server._completion(body, reply)
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(reply.status)
@@ -322,6 +458,27 @@ class JudgeServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test); nothing to answer
+
+            def _stream(self, body: dict[str, Any], reply: Reply) -> None:
+                """Server-sent events, written chunk by chunk; a closed connection stops the "generation"."""
+                self.close_connection = True
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    for chunk in server._chunks(body, reply):
+                        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                        self.wfile.flush()
+                        with server._lock:
+                            server.chunks_sent += 1
+                        if reply.chunk_delay and server._stopping.wait(reply.chunk_delay):
+                            return
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    with server._lock:
+                        server.disconnects += 1
 
         return Handler
 
