@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ragtrace._version import __version__
 from ragtrace.cli.demo import add_parser as add_demo
 from ragtrace.cli.eval import add_parser as add_eval
 from ragtrace.cli.explain import add_parser as add_explain
@@ -23,6 +24,7 @@ SUBCOMMANDS: tuple[Callable[[Any], argparse.ArgumentParser], ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragtrace", description="Score RAG retrieval quality inside OpenTelemetry.")
+    parser.add_argument("--version", action="version", version=f"ragtrace {__version__}")
     subcommands = parser.add_subparsers(dest="command", required=True)
     for add_parser in SUBCOMMANDS:
         add_parser(subcommands)

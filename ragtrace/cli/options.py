@@ -7,8 +7,9 @@ A bad option is a `UsageError`: printed as `ragtrace <cmd>: error: ...`, exit co
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,6 +191,40 @@ def _import_judge(spec: str) -> Judge:
     return made
 
 
+def _closest(word: str, candidates: Iterable[str]) -> str | None:
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def check_judge_spec(spec: str, api_base: str | None = None) -> None:
+    """Refuse, before anything is scored, a judge spec that names no judge: neither 'local' nor a model
+    litellm can route. The message offers the closest valid spelling (`lokal` -> 'local')."""
+    name = spec.strip()
+    if not name or is_local_judge(name) or name.startswith("python:"):
+        return
+    from ragtrace.judges.prompts import load_litellm
+
+    litellm = load_litellm()
+    try:
+        litellm.get_llm_provider(model=name, api_base=api_base)
+        return
+    except Exception:  # litellm raises its BadRequestError for a model it cannot route
+        pass
+    provider, slash, model = name.partition("/")
+    if slash:
+        near = _closest(provider, (str(getattr(p, "value", p)) for p in litellm.provider_list))
+        suggestion = f"{near}/{model}" if near else None
+        problem = f"unknown provider {provider!r}"
+    else:
+        suggestion = _closest(name, ["local", *litellm.model_cost])
+        problem = "not 'local' and not a model litellm knows"
+    hint = f"Did you mean {suggestion!r}? " if suggestion else ""
+    raise UsageError(
+        f"--judge {spec!r}: {problem}. {hint}Use 'local', a litellm model string such as "
+        "'openai/gpt-4o-mini' (provider/model), or 'python:module:attr'"
+    )
+
+
 LLM_JUDGE_FLAGS: dict[str, tuple[str, type, str]] = {
     "judge_timeout": ("timeout", float, "seconds per LLM judge call; a call past it is cancelled (default 30)"),
     "judge_retries": ("max_retries", int, "retries of a failed LLM judge call: 429, 5xx, connection (default 3)"),
@@ -232,6 +267,7 @@ def load_judge(spec: str | Judge, api_base: str | None, llm_options: dict[str, A
         return _import_judge(spec)
     if llm_options and is_local_judge(spec):
         raise UsageError(f"--judge-* options ({', '.join(sorted(llm_options))}) apply to a litellm judge, not {spec!r}")
+    check_judge_spec(spec, api_base)
     try:
         return resolve_judge(spec, api_base=api_base, llm_options=llm_options)
     except ImportError as exc:
@@ -253,6 +289,7 @@ __all__ = [
     "add_run_options",
     "add_scoring_options",
     "build_scorers",
+    "check_judge_spec",
     "check_run_options",
     "llm_judge_options",
     "load_judge",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -273,15 +274,21 @@ def score_items(
     """Run the steps on the items `load_items` reads; returns the exit code (see the module docstring)."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    try:
-        run = load(args, command, source, load_items)
-    except (UsageError, DatasetError) as exc:
-        stderr.write(f"ragtrace {command}: error: {exc}\n")
-        return EXIT_BAD_INPUT
-    resumed = resume(run, args, stderr)
-    new, interrupted = score(run, resumed, args, stderr)
-    summary = summarise(run, resumed, new, interrupted, args)
-    verdict = gate(run, summary, args)
+    # With --json, stdout carries the JSON summary alone: whatever a judge's library prints while the run
+    # loads and scores goes to stderr instead.
+    with contextlib.redirect_stdout(stderr) if args.json else contextlib.nullcontext():
+        try:
+            run = load(args, command, source, load_items)
+        except (UsageError, DatasetError) as exc:
+            stderr.write(f"ragtrace {command}: error: {exc}\n")
+            if args.json:  # a consumer of the JSON gets the error in JSON too
+                stdout.write(json.dumps({"command": command, "source": source, "error": str(exc),
+                                         "exit_code": EXIT_BAD_INPUT}) + "\n")
+            return EXIT_BAD_INPUT
+        resumed = resume(run, args, stderr)
+        new, interrupted = score(run, resumed, args, stderr)
+        summary = summarise(run, resumed, new, interrupted, args)
+        verdict = gate(run, summary, args)
     report(run, summary, verdict, args, stdout=stdout, stderr=stderr)
     return verdict.code
 

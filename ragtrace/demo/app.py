@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -124,23 +125,41 @@ def extractive_answer(query: str, documents: list[Document]) -> str:
     return best if best_overlap >= 2 else "I could not find that in the knowledge base."
 
 
-class DemoApp:
-    def __init__(self, tracer: Tracer) -> None:
-        self.tracer = tracer
-        self.retriever = BM25Retriever(load_corpus())
+def stale_snapshot(passages: list[Passage], keep: float = 0.35, seed: int = 7) -> list[Passage]:
+    """What a re-index that failed part-way leaves behind: a random share `keep` of the passages."""
+    rng = random.Random(seed)
+    return [p for p in passages if rng.random() < keep]
 
-    def answer(self, question: Question) -> str:
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    trace_id: int
+
+
+class DemoApp:
+    """The app: retrieve the top `top_k` passages, answer from them. `retriever` can be swapped while it
+    runs, as a re-index swaps an index under a live service."""
+
+    RETRIEVER = "solar-bm25"  # the retriever's name on its spans: the drift series the scores belong to
+
+    def __init__(self, tracer: Tracer, retriever: BM25Retriever | None = None, top_k: int = 2) -> None:
+        self.tracer = tracer
+        self.retriever = retriever if retriever is not None else BM25Retriever(load_corpus())
+        self.top_k = top_k
+
+    def answer(self, question: Question) -> Answer:
         """One request: a root span, a retrieval span and a generation span, as an instrumented app makes them."""
         attributes = {"input.value": question.query}
         if question.ground_truth:
             # A replayed golden question: its reference answer travels with the trace, so recall can be scored.
             attributes["ragtrace.ground_truth"] = question.ground_truth
         with self.tracer.start_as_current_span("rag.request", attributes=attributes) as root:
-            with retrieval_span(question.query, data_source="solar-bm25", tracer=self.tracer) as retrieval:
-                documents = self.retriever.search(question.query)
+            with retrieval_span(question.query, data_source=self.RETRIEVER, tracer=self.tracer) as retrieval:
+                documents = self.retriever.search(question.query, k=self.top_k)
                 retrieval.record(documents)
             with generation_span(model="extractive-v1", query=question.query, tracer=self.tracer) as generation:
                 response = extractive_answer(question.query, documents)
                 generation.record(response)
             root.set_attribute("output.value", response)
-        return response
+        return Answer(response, root.get_span_context().trace_id)

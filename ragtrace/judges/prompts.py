@@ -315,10 +315,15 @@ def _claims(value: Any, n_contexts: int, problems: list[str]) -> list[dict[str, 
 
 
 def load_litellm() -> Any:
-    """Import litellm on first use (it takes seconds) with its offline price map: no fetch at run time."""
+    """Import litellm on first use (it takes seconds) with its offline price map: no fetch at run time.
+
+    Its "Give Feedback / Get Help" banners are print() calls on stdout, where they would corrupt the
+    output of a program that prints JSON; the judge reports each failure itself, so they are turned off.
+    """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
+    litellm.suppress_debug_info = True
     return litellm
 
 

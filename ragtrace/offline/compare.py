@@ -79,6 +79,29 @@ def wilcoxon_signed_rank(differences: Sequence[float]) -> SignedRankTest:
     return SignedRankTest(n=n, statistic=w_plus, p_value=min(1.0, math.erfc(z / math.sqrt(2))), method="normal")
 
 
+def smallest_p_value(n: int) -> float:
+    """The smallest two-sided p-value the exact test can give on `n` non-zero pairs: every pair moving
+    the same way, 2 / 2**n. When it is not below alpha, no change of any size can be significant."""
+    return 1.0 if n == 0 else min(1.0, 2.0 ** (1 - n))
+
+
+def pairs_needed(alpha: float) -> int:
+    """The fewest non-zero pairs with which the test can reach p < alpha."""
+    n = 1
+    while smallest_p_value(n) >= alpha:
+        n += 1
+    return n
+
+
+def rank_biserial(test: SignedRankTest) -> float | None:
+    """Matched-pairs rank-biserial correlation, (W+ - W-) / (W+ + W-): the effect size of the signed-rank
+    test, in [-1, 1]; -1 when every pair dropped, 0 when drops and gains balance. None without pairs."""
+    if test.n == 0:
+        return None
+    total = test.n * (test.n + 1) / 2
+    return round((2 * test.statistic - total) / total, 4)
+
+
 class ItemChange(BaseModel):
     """One item scored by both runs."""
 
@@ -101,6 +124,8 @@ class ScorerComparison(BaseModel):
     improved: int
     worsened: int
     test: SignedRankTest
+    effect_size: float | None  # rank-biserial correlation of the paired changes (negative: scores dropped)
+    underpowered: bool  # too few non-zero pairs for the test to ever reach p < alpha
     significant: bool
     regressed: bool
     worst: list[ItemChange]
@@ -216,6 +241,8 @@ def compare(
             improved=sum(1 for c in changes if c.delta > 0),
             worsened=sum(1 for c in changes if c.delta < 0),
             test=test,
+            effect_size=rank_biserial(test),
+            underpowered=smallest_p_value(test.n) >= alpha,
             significant=significant,
             regressed=significant and paired_delta is not None and paired_delta < 0,
             worst=dropped[:worst],
@@ -237,13 +264,26 @@ def format_comparison(comparison: Comparison) -> str:
         f" ({comparison.only_baseline} only in baseline, {comparison.only_current} only in this run)"
     ]
     for name, c in comparison.scorers.items():
-        verdict = "REGRESSED" if c.regressed else ("improved" if c.significant else "no significant change")
+        if c.regressed:
+            verdict = "REGRESSED"
+        elif c.significant:
+            verdict = "improved"
+        else:
+            verdict = "too few pairs to test" if c.underpowered else "no significant change"
         lines.append(
             f"  {name}: {format_number(c.baseline_mean)} -> {format_number(c.current_mean)} "
             f"({format_number(c.delta, signed=True)}); "
             f"paired n={c.paired}, {c.worsened} worse, {c.improved} better, "
+            f"effect size {format_number(c.effect_size, signed=True)} (rank-biserial), "
             f"Wilcoxon p={c.test.p_value:.3g} ({c.test.method}) -> {verdict}"
         )
+        if c.underpowered:
+            lines.append(
+                f"    warning: {c.test.n} changed pairs; the smallest p-value the test can reach with them is "
+                f"{smallest_p_value(c.test.n):.3g}, not below alpha {comparison.alpha:g}, so no change can be "
+                f"significant (it needs at least {pairs_needed(comparison.alpha)}). Judge by the effect size "
+                "and the items below, or compare on more items."
+            )
         for change in c.worst:
             label = change.id if change.id is not None else change.key
             lines.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import statistics
 from collections import Counter
@@ -74,11 +75,44 @@ class EvaluationReport(BaseModel):
     usage: JudgeUsage
 
 
+#: The keys a dataset row may have: the sample's fields, `question` for `query`, and the row's `id`.
+ROW_KEYS = ("query", "question", "contexts", "response", "ground_truth", "metadata", "id")
+
+#: Names other RAG tools give these fields: a row that uses one is refused with the name to use instead.
+KNOWN_ALIASES = {
+    "context": "contexts",
+    "retrieved_contexts": "contexts",
+    "documents": "contexts",
+    "answer": "response",
+    "output": "response",
+    "reference": "ground_truth",
+    "ground_truths": "ground_truth",
+    "expected_output": "ground_truth",
+    "user_input": "query",
+    "input": "query",
+}
+
+
+def _unknown_key_error(unknown: Sequence[str]) -> ValueError:
+    hints = []
+    for key in unknown:
+        near = KNOWN_ALIASES.get(key) or next(iter(difflib.get_close_matches(key, ROW_KEYS, n=1)), None)
+        hints.append(f"{key!r} (did you mean {near!r}?)" if near else repr(key))
+    return ValueError(
+        f"unknown key(s) {', '.join(hints)}; a row's keys are {', '.join(ROW_KEYS)} (anything else goes under "
+        "'metadata')"
+    )
+
+
 def as_sample(item: RagSample | Mapping[str, Any]) -> RagSample:
-    """A dataset row as a sample; `question` is accepted for `query`."""
+    """A dataset row as a sample; `question` is accepted for `query`. A key ragtrace does not read is an
+    error, not a silent skip: `context` or `answer` left unread would score a different sample."""
     if isinstance(item, RagSample):
         return item
     row = dict(item)
+    unknown = [str(k) for k in row if k not in ROW_KEYS]
+    if unknown:
+        raise _unknown_key_error(unknown)
     if "query" not in row and "question" in row:
         row["query"] = row["question"]
     return RagSample.model_validate(

@@ -208,6 +208,33 @@ def _normalise_ids(document: Any) -> Any:
     return document
 
 
+#: Top-level keys of the other OTLP signals' export requests, as a file exporter writes them.
+_OTHER_SIGNALS = {"resourceMetrics": "metrics", "resource_metrics": "metrics", "resourceLogs": "logs",
+                  "resource_logs": "logs", "resourceProfiles": "profiles", "resource_profiles": "profiles"}
+_SAMPLE_KEYS = {"query", "question", "contexts", "context", "response", "answer", "ground_truth"}
+
+
+class _NotOtlpTraces(ValueError):
+    """A JSON line that is valid JSON but not a trace export request."""
+
+
+def _not_otlp_traces(document: Any) -> str | None:
+    """What a JSON line holds when it is not an OTLP trace export, said so that the user knows what to run;
+    None when it is one (an empty object is an empty request)."""
+    if not isinstance(document, dict):
+        return f"a JSON {type(document).__name__}, not an OTLP ExportTraceServiceRequest object"
+    if not document or "resourceSpans" in document or "resource_spans" in document:
+        return None
+    keys = ", ".join(repr(k) for k in list(document)[:8]) + (", ..." if len(document) > 8 else "")
+    signal = next((name for key, name in _OTHER_SIGNALS.items() if key in document), None)
+    if signal is not None:
+        return f"an OTLP {signal} export (keys {keys}), not traces: replay reads the collector's traces file"
+    found = f"a JSON object with keys {keys} and no 'resourceSpans': not an OTLP trace export"
+    if _SAMPLE_KEYS & document.keys():
+        return found + "; it looks like a dataset of samples: score it with `ragtrace eval FILE`"
+    return found
+
+
 def _normalise_item(item: dict[str, Any]) -> bool:
     """Rewrite the ids of a span or link in place; False when one of them is not a valid id."""
     valid = True
@@ -223,10 +250,14 @@ def _normalise_item(item: dict[str, Any]) -> bool:
 
 
 def parse_json_line(text: str) -> ExportTraceServiceRequest:
-    """One OTLP/JSON request; ValueError (json's or ours) or protobuf's ParseError when it is not one."""
+    """One OTLP/JSON request; ValueError (json's or ours) or protobuf's ParseError when it is not one, and
+    `_NotOtlpTraces` (a ValueError) naming what the line holds when it is JSON of another kind."""
     request = ExportTraceServiceRequest()
     try:
         document = json.loads(text)
+        problem = _not_otlp_traces(document)
+        if problem is not None:
+            raise _NotOtlpTraces(problem)
         json_format.ParseDict(_normalise_ids(document), request, ignore_unknown_fields=True)
     except RecursionError:
         raise ValueError("the JSON document is nested too deeply") from None
@@ -242,6 +273,8 @@ def read_json(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Expo
                 yield parse_json_line(text)
             except json.JSONDecodeError as exc:
                 raise ReplayError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except _NotOtlpTraces as exc:
+                raise ReplayError(f"{path}:{number}: {exc}") from None
             except (json_format.ParseError, ValueError, TypeError) as exc:
                 raise ReplayError(f"{path}:{number}: not an OTLP ExportTraceServiceRequest ({exc})") from None
     except DatasetError as exc:
@@ -311,7 +344,7 @@ def read_proto(path: Path, max_message_bytes: int = MAX_LINE_BYTES * 10) -> list
 def _sniff(path: Path) -> str:
     with path.open("rb") as handle:
         head = handle.read(64).lstrip()
-    return "json" if head.startswith(b"{") or not head else "proto"
+    return "json" if head.startswith((b"{", b"[")) or not head else "proto"
 
 
 # ---------------------------------------------------------------- spans -> samples
@@ -360,9 +393,12 @@ def read_spans(path: str | Path, *, format: str = "auto", max_line_bytes: int = 
         requests = read_proto(path)
     else:
         raise ReplayError(f"unknown format {format!r}; use json or proto")
+    requests = list(requests)
     spans = [span for request in requests for span in spans_of(request)]
     if not spans:
-        raise ReplayError(f"{path}: file is empty: no spans")
+        if not requests:
+            raise ReplayError(f"{path}: file is empty: no spans")
+        raise ReplayError(f"{path}: {len(requests)} OTLP export request(s), none with a span")
     return spans
 
 

@@ -179,6 +179,16 @@ def test_replay_protobuf_files(tmp_path: Path, spans: list[ReadableSpan], framin
         ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"startTimeUnixNano": "yesterday"}]}]}]}\n',
          "traces.json:1: not an OTLP ExportTraceServiceRequest"),
         ("\n", "traces.json: file is empty: no spans"),
+        # Not a trace export: what the file holds is named, and what to run instead when there is something.
+        ('{"query": "q", "contexts": ["a"], "response": "r"}\n',
+         "traces.json:1: a JSON object with keys 'query', 'contexts', 'response' and no 'resourceSpans': not an "
+         "OTLP trace export; it looks like a dataset of samples: score it with `ragtrace eval FILE`"),
+        ('{"level": "info", "msg": "hello"}\n',
+         "traces.json:1: a JSON object with keys 'level', 'msg' and no 'resourceSpans': not an OTLP trace export\n"),
+        ('{"resourceMetrics": []}\n', "traces.json:1: an OTLP metrics export (keys 'resourceMetrics'), not traces"),
+        ('{"resourceLogs": []}\n', "traces.json:1: an OTLP logs export"),
+        ("[1, 2]\n", "traces.json:1: a JSON list, not an OTLP ExportTraceServiceRequest object"),
+        ('{"resourceSpans": []}\n{}\n', "traces.json: 2 OTLP export request(s), none with a span"),
     ],
 )
 def test_bad_export_files_exit_2(

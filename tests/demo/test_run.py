@@ -1,0 +1,90 @@
+"""The README's main job: the demo app under live scoring with the local judge, exported over real OTLP;
+its retriever degrades part-way and the drift detector says so, naming failing traces that really failed."""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Literal
+
+import pytest
+
+from ragtrace.demo.run import run_demo
+from ragtrace.judges import Judgement, JudgeRequest, JudgeTimeout
+from tests.servers.otlp import OtlpReceiver
+
+ROW = re.compile(r"^\s*(\d+)  ([0-9a-f]{8})  .*?  (\d\.\d\d (?:pass|FAIL)|-)\s")
+
+
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_demo_scores_live_traces_and_exports_them(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch, worker: Literal["thread", "process"]
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.grpc_endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    out = io.StringIO()
+    assert run_demo(requests=3, out=out, worker=worker) == 0
+    text = out.getvalue()
+    rows = [m for line in text.splitlines() if (m := ROW.match(line))]
+    assert [int(m.group(1)) for m in rows] == [1, 2, 3], text
+    assert "pass = score >= 0.50, FAIL below" in text  # the legend states the threshold
+    assert f"exported over OTLP to {otlp_receiver.grpc_endpoint}" in text
+    spans = otlp_receiver.wait_for_spans(9)  # root, retrieval and generation per request
+    retrievals = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "retrieval"]
+    assert len(retrievals) == 3
+    assert {f"{s.trace_id:032x}"[:8] for s in retrievals} == {m.group(2) for m in rows}
+    for span in retrievals:
+        assert span.attributes["ragtrace.eval.status"] == "scored"
+        assert 0.0 <= span.attributes["ragtrace.context_precision.score"] <= 1.0
+        assert span.attributes["ragtrace.context_relevance.label"] in ("pass", "fail")
+        events = span.event("gen_ai.evaluation.result")
+        assert {"context_precision", "context_relevance"} <= {e["gen_ai.evaluation.name"] for e in events}
+
+
+def test_demo_detects_the_degradation_and_names_failing_traces(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.grpc_endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    out = io.StringIO()
+    assert run_demo(requests=40, out=out) == 0
+    text = out.getvalue()
+    before, marker, after = text.partition("---- request 17: the index is now a stale snapshot")
+    assert marker, text
+    assert ">> DRIFT" not in before  # no false alarm while the index is whole
+    alerts = re.findall(r">> DRIFT (\w+) on retriever 'solar-bm25': .*?\n\s+failing traces to open: ([0-9a-f, ]+)",
+                        after)
+    assert "context_precision" in {scorer for scorer, _ in alerts}, after
+    spans = otlp_receiver.wait_for_spans(
+        lambda got: sum(s.attributes.get("gen_ai.operation.name") == "retrieval" for s in got) == 40, timeout=30
+    )
+    retrieval = {s.trace_id: s for s in spans if s.attributes.get("gen_ai.operation.name") == "retrieval"}
+    for scorer, ids in alerts:
+        for trace_id in ids.split(", "):
+            span = retrieval[int(trace_id, 16)]  # a trace that was exported, and
+            assert span.attributes[f"ragtrace.{scorer}.label"] == "fail"  # it failed on the drifting scorer
+    drift_spans = [s for s in spans if s.name == "ragtrace.drift"]
+    assert any(s.attributes["gen_ai.evaluation.name"] == "context_precision" for s in drift_spans)
+    closing = text.rsplit("\n\n", 1)[1]
+    assert closing.startswith("What you saw: 40 requests") and "The drift detector flagged" in closing
+    assert "ragtrace.context_precision.label = fail" in closing
+
+
+class SilentJudge:
+    """A judge that never answers in time."""
+
+    model = "test/silent"
+    prompt_version = "silent-1"
+    fused = True
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        raise JudgeTimeout("no answer within 1 s")
+
+
+def test_demo_with_a_judge_that_always_fails_says_so_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    assert run_demo(requests=3, judge=SilentJudge(), out=out) == 1
+    text = out.getvalue()
+    assert text.count("not scored: judge_timeout") == 3, text
+    assert "3 requests" in text and "0 scored. 3 evaluation(s) ended in a judge error (judge_timeout)" in text
+    assert "no trace was scored (judge_timeout)" in capsys.readouterr().err
