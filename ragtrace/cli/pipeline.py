@@ -92,6 +92,16 @@ class Summary:
     def results(self) -> list[ItemResult]:
         return [r for _, r in self.ordered]
 
+    def judge_errors(self) -> dict[str, tuple[int, str]]:
+        """Each judge error code once: on how many items it happened, and its first message."""
+        found: dict[str, tuple[int, str]] = {}
+        for result in self.results:
+            errors = {r.error: r.error_message or "" for r in result.results.values() if r.error}
+            for code, message in errors.items():
+                items, first = found.get(code, (0, message))
+                found[code] = (items + 1, first)
+        return found
+
 
 @dataclass
 class Verdict:
@@ -224,6 +234,9 @@ def report(
             elapsed=time.monotonic() - run.started, exit_code=verdict.code,
         )
         payload["error_rate_exceeded"] = verdict.too_many_errors
+        payload["judge_errors"] = {
+            code: {"items": items, "message": message} for code, (items, message) in summary.judge_errors().items()
+        }
         stdout.write(json.dumps(payload, indent=2) + "\n")
     stdout.flush()
 
@@ -239,6 +252,8 @@ def _write_text(text: TextIO, run: Run, summary: Summary, verdict: Verdict, args
             text.write(f"FAIL {threshold.scorer}: {mean} < min {threshold.minimum:g}\n")
     for name, rate in verdict.too_many_errors.items():
         text.write(f"FAIL {name}: {rate:.0%} of items ended in a judge error (max {args.max_error_rate:.0%})\n")
+    for code, (items, message) in summary.judge_errors().items():  # once each, not once per item
+        text.write(f"judge error {code} on {items} of {len(summary.ordered)} items: {message}\n")
     if summary.comparison is not None:
         text.write(format_comparison(summary.comparison) + "\n")
 

@@ -12,7 +12,7 @@ from ragtrace.judges.base import (
 )
 from ragtrace.judges.cache import VerdictCache
 from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
-from ragtrace.judges.llm import JudgeUnavailable, LLMJudge
+from ragtrace.judges.llm import JudgeAuthFailed, JudgeUnavailable, LLMJudge
 from ragtrace.judges.run import SampleScores, judge_and_score
 
 
@@ -27,6 +27,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "DailyTokenBudget",
     "Judge",
+    "JudgeAuthFailed",
     "JudgeError",
     "JudgeInvalidOutput",
     "JudgeRequest",

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import os
 import random
+import re
 import sys
 import threading
 import time
@@ -65,7 +67,7 @@ from ragtrace.judges.prompts import (
 from ragtrace.scoring import Aspect, ContextVerdict, JudgeUsage, Verdicts, check_verdicts
 from ragtrace.scoring.verdicts import ClaimVerdict
 
-__all__ = ["JudgeUnavailable", "LLMJudge"]
+__all__ = ["JudgeAuthFailed", "JudgeUnavailable", "LLMJudge"]
 
 PER_ASPECT_VERSION = "per-aspect-v2"
 # What servers say when they refuse the structured-output request, whatever the status: llama-cpp-python
@@ -89,6 +91,25 @@ class JudgeUnavailable(JudgeError):
     """The judge endpoint kept failing (5xx or connection errors) after every retry."""
 
     code = "judge_unavailable"
+
+
+class JudgeAuthFailed(JudgeError):
+    """The provider refused the credentials, or none were configured: no retry can fix that."""
+
+    code = "judge_auth"
+
+
+# How providers and their clients word a missing or refused credential (litellm reports some of them as
+# InternalServerError, OpenAI's client raises before sending when no key is set).
+_AUTH_WORDS = re.compile(
+    r"api[ _-]?key|credential|unauthori[sz]ed|authenticat|permission denied|forbidden|access denied",
+    re.IGNORECASE,
+)
+_SECRET_NAME = re.compile(r"key|token|secret|password|auth", re.IGNORECASE)
+_AUTH_HINT = (
+    "set the provider's API key in the environment (for example OPENAI_API_KEY or ANTHROPIC_API_KEY), "
+    "or pass api_key= to the judge"
+)
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -297,6 +318,26 @@ class LLMJudge(PerProcessState):
         `cut_answers_read`, `split_per_aspect`, `chunked_requests`, `judged`, `failed`."""
         with self._lock:
             return dict(self._paths)
+
+    def _scrub(self, exc: BaseException) -> str:
+        """The error's text, short, without any secret this judge was configured with: a provider's error
+        can echo the key it refused, and this text ends up in span attributes, events and logs."""
+        text = _short(exc)
+        for secret in self._secrets():
+            text = text.replace(secret, "[SECRET]")
+        return text
+
+    def _secrets(self) -> list[str]:
+        found = [self._api_key] if self._api_key else []
+        # litellm takes keys from the environment too (OPENAI_API_KEY, AZURE_API_KEY, ...).
+        found += [value for name, value in os.environ.items() if _SECRET_NAME.search(name) and len(value) >= 8]
+        for name, value in self._kwargs.items():
+            if isinstance(value, dict):  # extra_headers / headers: every value may be a credential
+                found += [v for v in value.values() if isinstance(v, str)]
+            elif isinstance(value, str) and _SECRET_NAME.search(name):
+                found.append(value)
+        # Longest first, and only values long enough not to blank ordinary words out of the message.
+        return sorted({s for s in found if len(s) >= 6}, key=len, reverse=True)
 
     def _note(self, path: str, n: int = 1) -> None:
         with self._lock:
@@ -571,16 +612,21 @@ class LLMJudge(PerProcessState):
                     self._note("format_stepdowns")
                     self._downgrade(mode)
                     continue
+                if _auth_failure(exc, status, litellm):
+                    raise JudgeAuthFailed(
+                        f"the judge {self.model} refused the credentials: {self._scrub(exc)}; {_AUTH_HINT}",
+                        tally.usage(),
+                    ) from exc
                 retryable = status == 429 or _unavailable(exc, status, litellm)
                 if not retryable:
-                    raise JudgeError(f"judge call failed: {_short(exc)}", tally.usage()) from exc
+                    raise JudgeError(f"judge call failed: {self._scrub(exc)}", tally.usage()) from exc
                 if attempt >= self.max_retries:
                     if status == 429:
                         raise RateLimited(
-                            f"judge rate limited after {attempt + 1} attempts: {_short(exc)}", tally.usage()
+                            f"judge rate limited after {attempt + 1} attempts: {self._scrub(exc)}", tally.usage()
                         ) from exc
                     raise JudgeUnavailable(
-                        f"judge unavailable after {attempt + 1} attempts: {_short(exc)}", tally.usage()
+                        f"judge unavailable after {attempt + 1} attempts: {self._scrub(exc)}", tally.usage()
                     ) from exc
                 self._note("transport_retries")
                 await asyncio.sleep(self._backoff(attempt, _retry_after(exc)))
@@ -683,6 +729,13 @@ def _rejects_format(exc: BaseException, status: int | None) -> bool:
         return False
     text = str(exc).lower()
     return any(word in text for word in _FORMAT_WORDS) or (status in (400, 422) and "schema" in text)
+
+
+def _auth_failure(exc: BaseException, status: int | None, litellm: Any) -> bool:
+    if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError) or status in (401, 403):
+        return True
+    # A missing key is often reported without a status (raised before sending) or as a 500 by a proxy.
+    return (status is None or status >= 500) and bool(_AUTH_WORDS.search(str(exc)))
 
 
 def _unavailable(exc: BaseException, status: int | None, litellm: Any) -> bool:

@@ -72,6 +72,26 @@ def test_json_stdout_is_only_json_when_the_judge_fails(tmp_path: Path, judge_ser
     assert "context_precision" in proc.stderr  # the table went to stderr
 
 
+def test_a_refused_key_is_judge_auth_shown_once_with_what_to_do(tmp_path: Path, judge_server: Any) -> None:
+    judge_server.default = Status(401, message="Incorrect API key provided: sk-wrong-123456")
+    data = write_jsonl(tmp_path / "data.jsonl", make_rows(3))
+    env = {**os.environ, "OPENAI_API_KEY": "sk-wrong-123456", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    args = [sys.executable, "-m", "ragtrace", "eval", str(data), "--judge", "openai/judge-test",
+            "--api-base", judge_server.url + "/v1", "--scorers", "context_precision", "--quiet"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+
+    assert len(judge_server.requests) == 3  # one call per item: a refused credential is never retried
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("judge error")]
+    assert len(lines) == 1 and lines[0].startswith("judge error judge_auth on 3 of 3 items:"), proc.stdout
+    assert "OPENAI_API_KEY" in lines[0]  # what to do
+    assert "sk-wrong-123456" not in proc.stdout + proc.stderr  # the key the provider echoed is not repeated
+    assert proc.returncode == 1
+
+    as_json = subprocess.run([*args, "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    errors = json.loads(as_json.stdout)["judge_errors"]
+    assert set(errors) == {"judge_auth"} and errors["judge_auth"]["items"] == 3
+
+
 def test_json_bad_input_is_a_json_error_on_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = write_jsonl(tmp_path / "data.jsonl", make_rows(1))
     assert main(["eval", str(data), "--judge", "lokal", "--json", "--quiet"]) == 2

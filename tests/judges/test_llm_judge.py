@@ -537,11 +537,46 @@ def test_a_timed_out_call_is_cancelled_on_the_server(judge_server: JudgeServer) 
 
 
 def test_other_client_errors_are_typed_and_not_retried(judge_server: JudgeServer) -> None:
-    judge_server.default = Status(401, "bad key")
+    judge_server.default = Status(400, "this model does not take that parameter")
     result = score(make_judge(judge_server))
 
     assert errors(result) == {"judge_error"}
     assert len(judge_server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        Status(401, "Incorrect API key provided: sk-test-0123456789. You can find your API key at ..."),
+        Status(403, "Your organisation has no access to this model", error_type="permission_error"),
+        # A proxy in front of the provider that turns the client's refusal into a 500.
+        Status(500, "The api_key client option must be set either by passing api_key to the client or by "
+                    "setting the OPENAI_API_KEY environment variable"),
+    ],
+)
+def test_a_refused_credential_is_judge_auth_said_plainly_never_retried(
+    judge_server: JudgeServer, refusal: Status
+) -> None:
+    judge_server.default = refusal
+    result = score(make_judge(judge_server, api_key="sk-test-0123456789"))
+
+    assert errors(result) == {"judge_auth"}
+    assert len(judge_server.requests) == 1  # a retry cannot fix a credential
+    message = result.results[0].error_message or ""
+    assert "API key" in message and "OPENAI_API_KEY" in message  # what to do
+    for r in result.results:  # the key the provider echoed never reaches a result (and so no span)
+        assert "sk-test-0123456789" not in (r.error_message or "") + r.reason
+
+
+def test_no_key_at_all_is_judge_auth_before_any_request(
+    judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    judge = LLMJudge("openai/judge-test", api_base=judge_server.url + "/v1", backoff_base=0.01)
+    result = score(judge)
+
+    assert errors(result) == {"judge_auth"}
+    assert judge_server.requests == []
 
 
 # --- cache, concurrency, rate, budget ----------------------------------------------------------------------
