@@ -59,6 +59,7 @@ class Row:
     labels: dict[str, str]
     degraded: bool
     error: str | None  # the evaluation's error code (judge_timeout, judge_unavailable, ...) when it failed
+    message: str | None = None  # and what the span says about it (the judge's own words, secrets cut)
 
 
 @dataclass
@@ -111,7 +112,8 @@ class ScoreTable(SpanExporter):
         scores = {n: float(v) for n in SCORERS if isinstance(v := get(f"ragtrace.{n}.score"), int | float)}
         labels = {n: str(get(f"ragtrace.{n}.label", "")) for n in scores}
         error = get("ragtrace.eval.error")
-        self.rows.append(Row(request, trace_id, scores, labels, degraded, str(error) if error else None))
+        message = next((str(m) for n in SCORERS if (m := get(f"ragtrace.{n}.reason"))), None) if error else None
+        self.rows.append(Row(request, trace_id, scores, labels, degraded, str(error) if error else None, message))
         cells = "  ".join(
             f"{scores[n]:.2f} {'pass' if labels[n] == 'pass' else 'FAIL':<4}" if n in scores else f"{'-':<9}"
             for n in SCORERS
@@ -296,5 +298,7 @@ def run_demo(
     if not any(r.scores for r in table.rows):
         codes = ", ".join(sorted({r.error for r in table.rows if r.error})) or "no evaluation came back"
         print(f"ragtrace demo: no trace was scored ({codes}); check the judge ({judge_name})", file=sys.stderr)
+        if first := next((r for r in table.rows if r.message), None):  # once, in the judge's words
+            print(f"ragtrace demo: {first.error}: {first.message}", file=sys.stderr)
         return 1
     return 0

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
 from ragtrace.demo.run import run_demo
-from ragtrace.judges import Judgement, JudgeRequest, JudgeTimeout
+from ragtrace.judges import Judgement, JudgeRequest, JudgeTimeout, LLMJudge
+from tests.servers.judge import Status
 from tests.servers.otlp import OtlpReceiver
 
 ROW = re.compile(r"^\s*(\d+)  ([0-9a-f]{8})  .*?  (\d\.\d\d (?:pass|FAIL)|-)\s")
@@ -88,3 +89,19 @@ def test_demo_with_a_judge_that_always_fails_says_so_and_exits_1(capsys: pytest.
     assert text.count("not scored: judge_timeout") == 3, text
     assert "3 requests" in text and "0 scored. 3 evaluation(s) ended in a judge error (judge_timeout)" in text
     assert "no trace was scored (judge_timeout)" in capsys.readouterr().err
+
+
+def test_demo_with_a_refused_key_says_judge_auth_once_in_plain_words(
+    judge_server: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real litellm client against a server that answers 401: every row says judge_auth, the run exits
+    1, and the judge's own words (with what to do, and without the key) are printed once."""
+    judge_server.default = Status(401, "Incorrect API key provided: sk-demo-wrong-key")
+    judge = LLMJudge("openai/judge-test", api_base=judge_server.url + "/v1", api_key="sk-demo-wrong-key")
+    out = io.StringIO()
+    assert run_demo(requests=3, judge=judge, out=out) == 1
+    assert out.getvalue().count("not scored: judge_auth") == 3
+    err = capsys.readouterr().err
+    assert err.count("judge_auth: ") == 1 and "API key" in err and "OPENAI_API_KEY" in err
+    assert "sk-demo-wrong-key" not in out.getvalue() + err
+    assert len(judge_server.requests) == 3  # one call per request: never retried
