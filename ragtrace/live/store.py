@@ -202,6 +202,11 @@ class SpanStore:
                 self._drained.notify_all()
         return out
 
+    def first_deadline(self) -> float | None:
+        """The deadline of the trace that has waited longest for its scores, if any."""
+        with self.lock:
+            return next((pending.deadline for pending in self._pending.values()), None)
+
     def is_pending(self, trace_id: int) -> bool:
         return trace_id in self._pending
 

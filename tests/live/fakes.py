@@ -262,5 +262,14 @@ class Rig:
         assert sum(counts.values()) == len(ids)
         assert self.proc.held_spans == 0 and self.proc.open_traces == 0
 
+    def retrieval_status(self) -> dict[int, tuple[object, object]]:
+        """(ragtrace.eval.status, ragtrace.eval.error) of each exported retrieval span, by span id."""
+        status = {}
+        for span in self.out.spans:
+            if span.name == "retrieve" and span.context is not None:
+                attrs = span.attributes or {}
+                status[span.context.span_id] = (attrs.get("ragtrace.eval.status"), attrs.get("ragtrace.eval.error"))
+        return status
+
     def close(self) -> None:
         self.provider.shutdown()
