@@ -35,11 +35,12 @@ TIMED_OUT: Outcome = ("timeout", JUDGE_TIMEOUT)
 
 class Sink(Protocol):
     """Where released spans go. `emit` never raises into the pipeline; `emitted` ends a tick (a sink
-    that gathers spans sends them then); `flush` and `shutdown` follow the pipeline's own."""
+    that gathers or paces spans sends them then, and says whether some still wait for the next tick);
+    `flush` and `shutdown` follow the pipeline's own."""
 
     def emit(self, spans: Iterable[ReadableSpan]) -> None: ...
 
-    def emitted(self) -> None: ...
+    def emitted(self) -> bool: ...
 
     def flush(self, timeout_millis: int) -> bool: ...
 
@@ -105,8 +106,8 @@ class Pipeline:
         for pending in self.store.pop_expired(time.monotonic()):
             self.release(pending)
         self.counts.report(self.options.metrics)
-        self.sink.emitted()
-        return self.store.held > 0 or needs_ticks
+        waiting = self.sink.emitted()
+        return self.store.held > 0 or needs_ticks or waiting
 
     def close(self, trace: OpenTrace) -> None:
         """Pass through what cannot be judged; hand the rest to the judging."""

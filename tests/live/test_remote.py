@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, set_span_in_context
 
 from ragtrace.capture import CaptureStats, extract_samples, span_role
@@ -28,7 +29,15 @@ from ragtrace.live.sampling import Sampler, SamplingRule
 from ragtrace.live.scoring_process.parent import ScoringProcess
 from ragtrace.live.scoring_process.protocol import ChildSettings, frame, plain_traces, span_of
 from tests.capture.test_fuzz import span_specs
-from tests.live.fakes import CountingProcessor, Rig, ScriptedJudge, open_rag_trace, plain_trace, rag_trace
+from tests.live.fakes import (
+    CountingExporter,
+    CountingProcessor,
+    Rig,
+    ScriptedJudge,
+    open_rag_trace,
+    plain_trace,
+    rag_trace,
+)
 from tests.live.test_zero_loss import check
 
 
@@ -186,9 +195,10 @@ def test_a_lost_scoring_process_costs_its_scores_and_is_started_again(rig: Calla
 def test_every_span_exported_once_with_a_scoring_process() -> None:
     """Randomized: traces of every judge behaviour, open roots, tight limits and flushes of every length."""
     rnd = random.Random(20261129)
-    out = CountingProcessor()
+    out = CountingExporter()  # counted where they are exported, behind the SDK's default batching queue
     proc = RagScoringSpanProcessor(
-        out, judge=ScriptedJudge(slow_s=0.03), sampler=Sampler(rate=0.8), worker="process", tick_interval=0.01,
+        BatchSpanProcessor(out, schedule_delay_millis=10), judge=ScriptedJudge(slow_s=0.03), sampler=Sampler(rate=0.8),
+        worker="process", tick_interval=0.01,
         score_deadline=0.2, max_trace_wait=0.3, max_queue=8, max_held_spans=40, max_open_traces=6,
     )
     provider = TracerProvider()
