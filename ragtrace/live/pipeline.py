@@ -95,6 +95,8 @@ class Pipeline:
         expired ones, report. True while anything is held or the judging needs ticks of its own."""
         judging = self._judging()
         needs_ticks = judging.tick()
+        if refused := self.store.take_refused():
+            self.emit_not_judged(refused, QUEUE_FULL)
         for trace in self.store.take_closing(self.options.max_trace_wait, everything=everything):
             try:
                 self.close(trace)
@@ -174,6 +176,10 @@ class Pipeline:
         """Shutdown: release everything the store still holds (open traces time out)."""
         open_traces, pending = self.store.close()
         for trace in open_traces:
+            if trace.overflowed:  # refused by the limits, and counted as queue_full then
+                if self.options.enrich:
+                    self.emit_not_judged(trace.spans, QUEUE_FULL)
+                continue
             self.counts.add("timeout")
             if self.options.enrich:
                 self.emit_not_judged(trace.spans, TIMED_OUT)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ragtrace.live.scoring_process.parent import GRACE_S
-from tests.live.fakes import Rig, rag_trace
+from tests.live.fakes import Rig, open_rag_trace, rag_trace
 
 
 def retrieval_status(r: Rig) -> dict[int, tuple[object, object]]:
@@ -143,3 +143,17 @@ def test_retrieval_spans_of_a_full_queue_say_so(rig: Callable[..., Rig], worker:
     assert sorted(status[t[1]] for t in ids) == [
         ("skipped", "queue_full"), ("skipped", "queue_full"), ("timeout", "judge_timeout")
     ]
+
+
+@pytest.mark.parametrize("placement", ["processor", "exporter"])
+def test_retrieval_spans_the_limits_turn_away_say_so(rig: Callable[..., Rig], placement: str) -> None:
+    """max_held_spans reached: the next traces' spans go on unheld, their retrieval spans saying why."""
+    r = rig(placement=placement, max_held_spans=3, score_deadline=30.0)
+    held, _ = open_rag_trace(r.tracer, query="fast: q", plain=0)  # root open: its 2 spans stay held
+    turned_away = [rag_trace(r.tracer, query=f"fast: q{n}", retrievals=2) for n in range(3)]
+    held.end()
+    r.flush(2000)
+    status = retrieval_status(r)
+    assert {status[t[i]] for t in turned_away for i in (1, 3)} == {("skipped", "queue_full")}
+    r.assert_exactly_once(r.out.ids())
+    assert r.proc.held_spans == 0
