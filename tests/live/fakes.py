@@ -125,6 +125,18 @@ class CountingExporter(Counting, SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+class SlowExporter(CountingExporter):
+    """A counting exporter that takes `delay_s` a call, as one over a network does."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        time.sleep(self.delay_s)
+        return super().export(spans)
+
+
 def documents(texts: Sequence[str]) -> str:
     return json.dumps([{"id": f"d{i}", "score": 1.0 - i / 10, "content": t} for i, t in enumerate(texts)])
 

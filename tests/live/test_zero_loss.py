@@ -11,14 +11,13 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span
 
 from ragtrace.live.core import ScoringFace
@@ -28,10 +27,10 @@ from ragtrace.live.sampling import Sampler
 from tests.live.fakes import (
     BEHAVIOURS,
     Counting,
-    CountingExporter,
     Placement,
     Rig,
     ScriptedJudge,
+    SlowExporter,
     open_rag_trace,
     plain_trace,
     rag_trace,
@@ -209,14 +208,3 @@ def test_a_killed_scoring_process_loses_nothing_at_the_exporter(placement: Place
     )
     assert statuses == {"scored": 1, "error": 700}
 
-
-class SlowExporter(CountingExporter):
-    """An exporter that takes `delay_s` a call, as one over a network does."""
-
-    def __init__(self, delay_s: float) -> None:
-        super().__init__()
-        self.delay_s = delay_s
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        time.sleep(self.delay_s)
-        return super().export(spans)
