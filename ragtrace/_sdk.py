@@ -141,6 +141,25 @@ def set_batch_exporter(processor: BatchSpanProcessor, exporter: SpanExporter) ->
         raise TypeError("this BatchSpanProcessor keeps its exporter elsewhere; use scoring_batch_processor()")
 
 
+def batch_queue_room(processor: SpanProcessor) -> tuple[int, int, int] | None:
+    """(free places, size, export batch size) of the fullest span queue behind `processor`: a
+    BatchSpanProcessor's own, or the least free of those a multi-span processor hands spans to. None
+    when no queue is known there (a SimpleSpanProcessor, another processor): spans go on at once."""
+    members = getattr(processor, "_span_processors", None)
+    if isinstance(members, tuple):
+        rooms = [room for member in members if (room := batch_queue_room(member)) is not None]
+        return min(rooms) if rooms else None
+    if not isinstance(processor, BatchSpanProcessor):
+        return None
+    batching = getattr(processor, "_batch_processor", None)
+    queue = getattr(batching, "_queue", None)
+    size = getattr(batching, "_max_export_batch_size", None)
+    maxlen = getattr(queue, "maxlen", None)
+    if queue is None or not isinstance(maxlen, int) or not isinstance(size, int):
+        return None
+    return maxlen - len(queue), maxlen, size
+
+
 def span_processors(provider: TracerProvider) -> tuple[SpanProcessor, ...]:
     """The processors a provider's active multi-span processor calls, in order."""
     active = provider._active_span_processor

@@ -97,17 +97,20 @@ class LiveScoring:
             return False
 
     def shutdown(self) -> None:
-        """Settle (waiting at most `score_deadline`), stop the worker, shut the sink down."""
+        """Settle (waiting at most `score_deadline`), stop the worker and the judging within what is left
+        of it, shut the sink down."""
         with self._shutdown_lock:
             if self._shutdown:
                 return
             self._shutdown = True
         self.admission.close()
+        deadline = time.monotonic() + self.options.score_deadline
         try:
-            self.pipeline.settle(time.monotonic() + self.options.score_deadline, self.worker.call)
-            self.worker.stop()
+            self.pipeline.settle(deadline, self.worker.call)
+            self.worker.stop(_left(deadline))
             self.pipeline.close_store()
-            self.judging.stop()
+            # Settling released everything: what the judging still does has no trace left to go to.
+            self.judging.stop(min(_left(deadline), STOP_MAX_S))
             if self.options.metrics is not None:
                 self.options.metrics.shutdown()
         except Exception:
@@ -116,6 +119,17 @@ class LiveScoring:
             self.pipeline.sink.shutdown()
         except Exception:
             logger.exception("ragtrace: shutting the wrapped processor or exporter down failed")
+
+
+# Stopping the worker or the scoring process gets at least this long, even when settling used the whole
+# deadline: a thread or process that does not stop in time is left (a daemon thread) or killed.
+STOP_MIN_S = 0.5
+# A scoring process gets at most this long to exit after the settling, then it is killed.
+STOP_MAX_S = 2.0
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), STOP_MIN_S)
 
 
 class ScoringFace:

@@ -44,9 +44,13 @@ class Evaluation:
     timed_out: bool = False
     model: str = ""
     prompt_version: str = ""
+    # Nothing was judged, and why: (status, ragtrace.eval.error), e.g. ("skipped", "queue_full").
+    outcome: tuple[EvalStatus, str] | None = None
 
     @property
     def status(self) -> EvalStatus:
+        if self.outcome is not None:
+            return self.outcome[0]
         if self.timed_out:
             return "timeout"
         scored = any(r.status == "scored" for r in self.results)
@@ -59,6 +63,8 @@ class Evaluation:
 
     @property
     def error(self) -> str | None:
+        if self.outcome is not None:
+            return self.outcome[1]
         if self.timed_out:
             return JUDGE_TIMEOUT
         return next((r.error for r in self.results if r.error is not None), None)
@@ -77,6 +83,13 @@ def timed_out(names: Sequence[str], model: str, prompt_version: str) -> Evaluati
         model=model,
         prompt_version=prompt_version,
     )
+
+
+def not_judged(status: EvalStatus, error: str, model: str, prompt_version: str) -> Evaluation:
+    """The evaluation of a sample that was not judged at all (queue full, scoring process lost or not
+    answering, a flush that came first): its status and why, and no scorer results."""
+    return Evaluation(results=(), usage=JudgeUsage(), model=model, prompt_version=prompt_version,
+                      outcome=(status, error))
 
 
 def _cap(text: str, limit: int) -> str:

@@ -75,8 +75,9 @@ class BatchOutlet:
         with self._gathering:
             self._gathered.extend(spans)
 
-    def emitted(self) -> None:
+    def emitted(self) -> bool:
         self.export()
+        return False
 
     def export(self, spans: Sequence[ReadableSpan] = ()) -> SpanExportResult:
         """Export `spans` and everything gathered; never raises (a failure is logged and returned)."""

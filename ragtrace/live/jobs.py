@@ -11,8 +11,8 @@ from opentelemetry.trace import SpanContext
 
 from ragtrace.capture import CaptureStats, extract_samples
 from ragtrace.live.counts import decision_of
-from ragtrace.live.enrich import Evaluation, evaluation_span, timed_out
-from ragtrace.live.pipeline import Pipeline
+from ragtrace.live.enrich import Evaluation, evaluation_span, not_judged, timed_out
+from ragtrace.live.pipeline import QUEUE_FULL, Pipeline
 from ragtrace.live.planning import Planned, Planner
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef
 from ragtrace.live.worker import ScoreJob, ScoringWorker
@@ -46,8 +46,8 @@ class JobJudging:
         if not self._worker.on_loop:
             self._store.wait_drained(deadline - time.monotonic())
 
-    def stop(self) -> None:
-        self._worker.stop()
+    def stop(self, timeout: float) -> None:
+        self._worker.stop(timeout)
 
     def take(self, trace: OpenTrace) -> None:
         """Extract samples, decide which to judge, queue the jobs (or pass the trace through)."""
@@ -88,7 +88,7 @@ class JobJudging:
         )
         if not self._store.put_pending(trace_id, pending):
             self._counts.add("queue_full", len(jobs))
-            self._pipeline.pass_through(trace)
+            self._pipeline.pass_through(trace, QUEUE_FULL)
             return
         if link:
             self._store.release(len(spans))
@@ -108,7 +108,9 @@ class JobJudging:
                 submitted = False
             if not submitted:
                 self._counts.add("queue_full")
-                recorded = self._store.record(trace_id, key, None)
+                options = self._options
+                full = not_judged(*QUEUE_FULL, options.model, options.prompt_version) if options.enrich else None
+                recorded = self._store.record(trace_id, key, full)
                 if recorded is not None and recorded[2]:
                     self._pipeline.release(recorded[1])
 

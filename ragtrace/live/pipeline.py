@@ -12,27 +12,35 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace._sdk import SPAN_ID, ids_of
+from ragtrace.capture.readers import span_role
 from ragtrace.live.counts import Counts
-from ragtrace.live.enrich import Writes, enrich, writes_for
+from ragtrace.live.enrich import EvalStatus, Evaluation, Writes, enrich, not_judged, writes_for
 from ragtrace.live.options import ScoringOptions
 from ragtrace.live.store import OpenTrace, PendingTrace, SpanStore
+from ragtrace.scoring import JUDGE_TIMEOUT
 
 logger = logging.getLogger(__name__)
+
+# Why a trace's retrieval spans were not judged: (ragtrace.eval.status, ragtrace.eval.error).
+Outcome = tuple[EvalStatus, str]
+QUEUE_FULL: Outcome = ("skipped", "queue_full")
+TIMED_OUT: Outcome = ("timeout", JUDGE_TIMEOUT)
 
 
 class Sink(Protocol):
     """Where released spans go. `emit` never raises into the pipeline; `emitted` ends a tick (a sink
-    that gathers spans sends them then); `flush` and `shutdown` follow the pipeline's own."""
+    that gathers or paces spans sends them then, and says whether some still wait for the next tick);
+    `flush` and `shutdown` follow the pipeline's own."""
 
     def emit(self, spans: Iterable[ReadableSpan]) -> None: ...
 
-    def emitted(self) -> None: ...
+    def emitted(self) -> bool: ...
 
     def flush(self, timeout_millis: int) -> bool: ...
 
@@ -61,7 +69,8 @@ class Judging(Protocol):
     def depth(self) -> int:
         """Jobs queued or running, or traces out for judging."""
 
-    def stop(self) -> None: ...
+    def stop(self, timeout: float) -> None:
+        """Stop judging, within `timeout` seconds."""
 
 
 class Pipeline:
@@ -86,24 +95,26 @@ class Pipeline:
         expired ones, report. True while anything is held or the judging needs ticks of its own."""
         judging = self._judging()
         needs_ticks = judging.tick()
+        if refused := self.store.take_refused():
+            self.emit_not_judged(refused, QUEUE_FULL)
         for trace in self.store.take_closing(self.options.max_trace_wait, everything=everything):
             try:
                 self.close(trace)
             except Exception:
                 logger.exception("ragtrace: closing a trace failed; spans forwarded unscored")
                 self.counts.add("error")
-                self.pass_through(trace)
+                self.pass_through(trace, ("error", "internal_error"))
         judging.ship()
         for pending in self.store.pop_expired(time.monotonic()):
             self.release(pending)
         self.counts.report(self.options.metrics)
-        self.sink.emitted()
-        return self.store.held > 0 or needs_ticks
+        waiting = self.sink.emitted()
+        return self.store.held > 0 or needs_ticks or waiting
 
     def close(self, trace: OpenTrace) -> None:
         """Pass through what cannot be judged; hand the rest to the judging."""
         if trace.overflowed:  # counted as queue_full when it overflowed
-            self.pass_through(trace)
+            self.pass_through(trace, QUEUE_FULL)
             return
         if self.options.decision_log is not None:
             self.options.decision_log.record(trace.spans)
@@ -113,11 +124,30 @@ class Pipeline:
             return
         self._judging().take(trace)
 
-    def pass_through(self, trace: OpenTrace) -> None:
-        """Release a closed trace unscored (in link mode its spans went on when they ended)."""
+    def pass_through(self, trace: OpenTrace, outcome: Outcome | None = None) -> None:
+        """Release a closed trace unscored (in link mode its spans went on when they ended); with an
+        `outcome`, its retrieval spans say why they were not judged."""
         if self.options.enrich:
-            self.sink.emit(trace.spans)
+            if outcome is None:
+                self.sink.emit(trace.spans)
+            else:
+                self.emit_not_judged(trace.spans, outcome)
         self.store.release(len(trace.spans))
+
+    def emit_not_judged(self, spans: Sequence[ReadableSpan], outcome: Outcome) -> None:
+        """Emit a trace none of whose samples was judged: each retrieval span gets `ragtrace.eval.status`
+        and `ragtrace.eval.error` (a sampled retrieval span always says what became of it)."""
+        self.emit_with_writes(spans, writes_for(self.not_judged(spans, outcome), self.options.reason_max_chars))
+
+    def not_judged(self, spans: Iterable[ReadableSpan], outcome: Outcome) -> dict[int, list[Evaluation]]:
+        """The `outcome` as an evaluation for each retrieval span of `spans`, by span id."""
+        evaluation = not_judged(*outcome, self.options.model, self.options.prompt_version)
+        targets: dict[int, list[Evaluation]] = {}
+        for span in spans:
+            ctx = ids_of(span)[0]
+            if ctx is not None and span_role(span) == "retrieval":
+                targets[ctx[SPAN_ID]] = [evaluation]
+        return targets
 
     def release(self, pending: PendingTrace) -> None:
         """Release a trace taken out of the store, once: samples still waiting time out."""
@@ -138,7 +168,7 @@ class Pipeline:
         if not call_on_worker(lambda: self.tick(everything=True), deadline - time.monotonic()):
             for trace in self.store.take_closing(self.options.max_trace_wait, everything=True):
                 self.counts.add("timeout")
-                self.pass_through(trace)
+                self.pass_through(trace, TIMED_OUT)
         self._judging().wait(deadline)
         for pending in self.store.pop_expired(time.monotonic(), everything=True):
             self.release(pending)
@@ -148,9 +178,13 @@ class Pipeline:
         """Shutdown: release everything the store still holds (open traces time out)."""
         open_traces, pending = self.store.close()
         for trace in open_traces:
+            if trace.overflowed:  # refused by the limits, and counted as queue_full then
+                if self.options.enrich:
+                    self.emit_not_judged(trace.spans, QUEUE_FULL)
+                continue
             self.counts.add("timeout")
             if self.options.enrich:
-                self.sink.emit(trace.spans)
+                self.emit_not_judged(trace.spans, TIMED_OUT)
         for item in pending:
             self.release(item)
         self.counts.report(self.options.metrics)

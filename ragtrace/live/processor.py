@@ -11,6 +11,8 @@ runs none of this.
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,11 +20,15 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
+from ragtrace._sdk import batch_queue_room
 from ragtrace.judges.base import Judge
 from ragtrace.live.core import LiveScoring, ScoringFace
 from ragtrace.live.options import ScoringOptions
 
 logger = logging.getLogger(__name__)
+
+# At shutdown, released spans still waiting for room in the exporting processor's queue get this long.
+SHUTDOWN_FLUSH_MS = 30_000
 
 # The SDK's hooks that do nothing: a processor that has them is not called for every span start and end.
 _DOES_NOTHING = frozenset({
@@ -33,26 +39,64 @@ _DOES_NOTHING = frozenset({
 
 
 class ProcessorSink:
-    """The sink of the processor face: the wrapped processor's `on_end`, one span at a time."""
+    """The sink of the processor face: the wrapped processor's `on_end`, at a pace its queue can take.
 
-    def __init__(self, processor: SpanProcessor) -> None:
+    A BatchSpanProcessor drops what does not fit in its queue (2,048 spans by default), and a released
+    burst (a lost scoring process's traces, a flush, a deadline) can be larger. So released spans wait
+    here and go on as the queue has room for them, keeping one export batch free for the app's own
+    spans; the rest go at the next tick, or at a flush, which exports the queue to make room. At most
+    `max_waiting` spans wait (the held spans' bound): beyond it they go on anyway, as they would
+    without ragtrace."""
+
+    def __init__(self, processor: SpanProcessor, max_waiting: int) -> None:
         self.processor = processor
+        self.max_waiting = max_waiting
+        self._waiting: deque[ReadableSpan] = deque()
 
     def emit(self, spans: Iterable[ReadableSpan]) -> None:
+        self._waiting.extend(spans)
+        self._forward()
+
+    def emitted(self) -> bool:
+        self._forward()
+        return bool(self._waiting)
+
+    def _forward(self) -> None:
+        waiting = self._waiting
+        room = batch_queue_room(self.processor)
+        if room is None:
+            n = len(waiting)
+        else:
+            free, size, batch = room
+            n = max(free - min(batch, size // 2), 0)
+        n = min(max(n, len(waiting) - self.max_waiting), len(waiting))
         forward = self.processor.on_end
-        for span in spans:
+        for _ in range(n):
+            try:
+                span = waiting.popleft()
+            except IndexError:  # a flush on another thread took the rest
+                return
             try:
                 forward(span)
             except Exception:
                 logger.exception("ragtrace: wrapped on_end failed")
 
-    def emitted(self) -> None:
-        pass  # each span went on as it was emitted
-
     def flush(self, timeout_millis: int) -> bool:
-        return bool(self.processor.force_flush(timeout_millis))
+        """Hand on everything waiting, exporting the wrapped processor's queue whenever it is full."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        self._forward()
+        while self._waiting and (left := deadline - time.monotonic()) > 0:
+            self.processor.force_flush(int(left * 1000))
+            self._forward()
+        return bool(self.processor.force_flush(max(int((deadline - time.monotonic()) * 1000), 0)))
 
     def shutdown(self) -> None:
+        self.flush(SHUTDOWN_FLUSH_MS)
+        if self._waiting:
+            logger.warning("ragtrace: %d released spans did not fit the exporting processor's queue in time",
+                           len(self._waiting))
+            self.max_waiting = 0
+            self._forward()
         self.processor.shutdown()
 
 
@@ -64,7 +108,8 @@ class RagScoringSpanProcessor(ScoringFace, SpanProcessor):
 
     def __init__(self, exporting: SpanProcessor, *, judge: Judge, **options: Any) -> None:
         self.exporting = exporting
-        self.scoring = LiveScoring(ScoringOptions(judge=judge, **options), ProcessorSink(exporting))
+        scoring_options = ScoringOptions(judge=judge, **options)
+        self.scoring = LiveScoring(scoring_options, ProcessorSink(exporting, scoring_options.max_held_spans))
         self._holds = self.scoring.admission.holds
         self.forwards_start = getattr(type(exporting), "on_start", None) not in _DOES_NOTHING
         self.forwards_ending = getattr(type(exporting), "_on_ending", None) not in _DOES_NOTHING

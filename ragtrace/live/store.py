@@ -19,7 +19,7 @@ from opentelemetry.trace import TraceFlags
 
 from ragtrace.live.enrich import Evaluation
 
-AddResult = Literal["held", "late", "overflow", "passed"]
+AddResult = Literal["held", "late", "overflow", "turned_away", "passed"]
 
 
 @dataclass(slots=True)
@@ -76,8 +76,10 @@ class SpanStore:
         # Trace ids already closed or bypassed, so that late spans pass straight through (bounded, oldest
         # out). An OrderedDict: evicting the oldest of a plain dict scans the deleted slots before it (6-12 µs
         # at 40,000 ids, against 0.4 µs).
-        self._done: OrderedDict[int, None] = OrderedDict()
+        self._done: OrderedDict[int, bool] = OrderedDict()  # trace id -> whether the limits turned it away
         self._closing: deque[int] = deque()
+        # Retrieval spans turned away by the limits, to go on at the next tick saying so (queue_full).
+        self._refused: list[ReadableSpan] = []
 
     # --- app thread -------------------------------------------------------------------------------
 
@@ -87,8 +89,11 @@ class SpanStore:
         """Hold a span, or say why not: `late` (its trace is closed), `overflow` (limits reached) or
         `passed` (nothing of its trace is held and the span does not open it: a root closes it then)."""
         with self.lock:
-            if self.closed or trace_id in self._done:
+            if self.closed:
                 return "late"
+            done = self._done.get(trace_id)
+            if done is not None:
+                return "turned_away" if done else "late"
             trace = self._open.get(trace_id)
             if trace is None:
                 if not opens:
@@ -96,13 +101,13 @@ class SpanStore:
                         self._mark_done(trace_id)
                     return "passed"
                 if self.held >= self.max_held_spans or len(self._open) >= self.max_open_traces:
-                    self._mark_done(trace_id)
+                    self._mark_done(trace_id, turned_away=True)
                     return "overflow"
                 trace = self._open[trace_id] = OpenTrace([], time.monotonic())
             elif self.held >= self.max_held_spans:
                 # The trace loses its place: the worker releases what it holds, unscored.
                 trace.overflowed = True
-                self._mark_done(trace_id)
+                self._mark_done(trace_id, turned_away=True)
                 self._closing.append(trace_id)
                 return "overflow"
             trace.spans.append(span)
@@ -112,15 +117,29 @@ class SpanStore:
                 self._closing.append(trace_id)
             return "held"
 
+    def refuse(self, span: ReadableSpan) -> bool:
+        """Keep a retrieval span the limits turned away until the next tick, which releases it with its
+        status; False after shutdown (it goes on as it is). Bounded by what arrives in one tick."""
+        with self.lock:
+            if self.closed:
+                return False
+            self._refused.append(span)
+            return True
+
+    def take_refused(self) -> list[ReadableSpan]:
+        with self.lock:
+            refused, self._refused = self._refused, []
+            return refused
+
     def open_trace(self, trace_id: int) -> OpenTrace | None:
         """The trace's held spans, if any (a lock-free peek for the app thread; `add` decides under the
         lock, and a trace only ever gains `has_retrieval`)."""
         return self._open.get(trace_id)
 
-    def _mark_done(self, trace_id: int) -> None:
+    def _mark_done(self, trace_id: int, *, turned_away: bool = False) -> None:
         # Remember 4x as many closed ids as open traces (~100 bytes each): a late span of a trace closed
         # longer ago than that is held again as a new trace and released after max_trace_wait.
-        self._done[trace_id] = None
+        self._done[trace_id] = turned_away
         if len(self._done) > 4 * self.max_open_traces:
             self._done.popitem(last=False)
 
@@ -202,6 +221,11 @@ class SpanStore:
                 self._drained.notify_all()
         return out
 
+    def first_deadline(self) -> float | None:
+        """The deadline of the trace that has waited longest for its scores, if any."""
+        with self.lock:
+            return next((pending.deadline for pending in self._pending.values()), None)
+
     def is_pending(self, trace_id: int) -> bool:
         return trace_id in self._pending
 
@@ -211,10 +235,14 @@ class SpanStore:
             return self._drained.wait_for(lambda: not self._pending, max(timeout, 0.0))
 
     def close(self) -> tuple[list[OpenTrace], list[PendingTrace]]:
-        """Shutdown: from now on nothing is held; hand back everything that still is."""
+        """Shutdown: from now on nothing is held; hand back everything that still is (refused spans as
+        a trace of their own)."""
         with self.lock:
             self.closed = True
             open_traces = list(self._open.values())
+            if self._refused:
+                open_traces.append(OpenTrace(self._refused, 0.0, overflowed=True))
+                self._refused = []
             pending = list(self._pending.values())
             self._open.clear()
             self._pending.clear()

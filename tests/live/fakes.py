@@ -17,7 +17,7 @@ from typing import Literal
 
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Span, Tracer, set_span_in_context
 
 from ragtrace._state import PerProcessState
@@ -125,6 +125,18 @@ class CountingExporter(Counting, SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+class SlowExporter(CountingExporter):
+    """A counting exporter that takes `delay_s` a call, as one over a network does."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        time.sleep(self.delay_s)
+        return super().export(spans)
+
+
 def documents(texts: Sequence[str]) -> str:
     return json.dumps([{"id": f"d{i}", "score": 1.0 - i / 10, "content": t} for i, t in enumerate(texts)])
 
@@ -210,13 +222,16 @@ Placement = Literal["processor", "exporter"]
 class Rig:
     """Scoring (100 % sampling, fast ticks) on a real provider, handing spans to a counter.
 
-    placement="processor": a RagScoringSpanProcessor in front of a counting processor; "exporter": a
-    ScoringBatchSpanProcessor (10 ms batches) with a RagScoringSpanExporter in front of a counting exporter.
-    Either way `proc` is the scoring face (its counts) and `out` the counter.
+    placement="processor": a RagScoringSpanProcessor in front of a counting processor (`batched`: in front
+    of the SDK's BatchSpanProcessor with its default queue, 10 ms batches, exporting to a counting
+    exporter); "exporter": a ScoringBatchSpanProcessor (10 ms batches) with a RagScoringSpanExporter in
+    front of a counting exporter. Either way `proc` is the scoring face (its counts) and `out` the counter
+    at the end, where the spans are exported.
     """
 
     def __init__(
-        self, judge: ScriptedJudge | None = None, placement: Placement = "processor", **options: object
+        self, judge: ScriptedJudge | None = None, placement: Placement = "processor", *, batched: bool = False,
+        **options: object
     ) -> None:
         self.judge = judge or ScriptedJudge()
         options.setdefault("sampler", Sampler(rate=1.0))
@@ -228,10 +243,16 @@ class Rig:
             self.scoring = RagScoringSpanExporter(self.out, judge=self.judge, **options)
             self.proc = self.scoring
             entry = ScoringBatchSpanProcessor(self.scoring, schedule_delay_millis=10)
+        elif batched:
+            self.out = CountingExporter()
+            batching = BatchSpanProcessor(self.out, schedule_delay_millis=10)  # the SDK's default queue
+            self.proc = entry = RagScoringSpanProcessor(batching, judge=self.judge, **options)  # type: ignore[arg-type]
         else:
             self.out = CountingProcessor()
             self.proc = entry = RagScoringSpanProcessor(self.out, judge=self.judge, **options)  # type: ignore[arg-type]
         self.placement = placement
+        # Spans reach `out` through an SDK BatchSpanProcessor, which drops what ends after its shutdown.
+        self.batched = batched or placement == "exporter"
         self.provider: TracerProvider = provider_with(entry)
         self.tracer: Tracer = self.provider.get_tracer("test")
 
@@ -261,6 +282,15 @@ class Rig:
         assert all(counts[i] == 1 for i in ids)
         assert sum(counts.values()) == len(ids)
         assert self.proc.held_spans == 0 and self.proc.open_traces == 0
+
+    def retrieval_status(self) -> dict[int, tuple[object, object]]:
+        """(ragtrace.eval.status, ragtrace.eval.error) of each exported retrieval span, by span id."""
+        status = {}
+        for span in self.out.spans:
+            if span.name == "retrieve" and span.context is not None:
+                attrs = span.attributes or {}
+                status[span.context.span_id] = (attrs.get("ragtrace.eval.status"), attrs.get("ragtrace.eval.error"))
+        return status
 
     def close(self) -> None:
         self.provider.shutdown()

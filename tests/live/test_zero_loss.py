@@ -1,10 +1,13 @@
 """Zero loss: whatever the traces, the judge, the limits and the flush/shutdown points, every span that
-entered the processor is exported exactly once, and the decision counters match what was written."""
+entered the processor is exported exactly once, and the decision counters match what was written. The
+spans are counted at the exporter, behind the SDK's BatchSpanProcessor with its default queue (in front
+of it or behind it), not at ragtrace's own output."""
 
 from __future__ import annotations
 
 import os
 import random
+import signal
 import threading
 import time
 from collections import Counter
@@ -13,8 +16,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span
 
+from ragtrace.live.core import ScoringFace
+from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from tests.live.fakes import (
@@ -23,6 +30,7 @@ from tests.live.fakes import (
     Placement,
     Rig,
     ScriptedJudge,
+    SlowExporter,
     open_rag_trace,
     plain_trace,
     rag_trace,
@@ -84,7 +92,7 @@ def test_every_span_exported_exactly_once(
 ) -> None:
     rate = float(opts.pop("rate"))
     mode = str(opts["mode"])
-    rig = Rig(ScriptedJudge(slow_s=0.03), sampler=Sampler(rate=rate), **opts)
+    rig = Rig(ScriptedJudge(slow_s=0.03), sampler=Sampler(rate=rate), batched=True, **opts)
     tracer = rig.tracer
     entered: set[int] = set()
     open_roots: list[Span] = []
@@ -94,7 +102,7 @@ def test_every_span_exported_exactly_once(
     for n, spec in enumerate(traces):
         if n == shutdown_at:
             rig.close()
-            entering = rig.placement == "processor"
+            entering = not rig.batched
         if spec["kind"] == "plain":
             ids = plain_trace(tracer, 1 + int(spec["plain"]))  # type: ignore[call-overload]
         else:
@@ -124,7 +132,7 @@ def test_every_span_exported_exactly_once(
 def test_concurrent_app_threads_with_flushes(placement: Placement) -> None:
     """Several app threads end spans while another thread flushes: still exactly once."""
     rig = Rig(
-        ScriptedJudge(slow_s=0.01), placement, max_held_spans=200, max_open_traces=30, max_queue=10,
+        ScriptedJudge(slow_s=0.01), placement, batched=True, max_held_spans=200, max_open_traces=30, max_queue=10,
         score_deadline=0.2,
     )
     tracer = rig.tracer
@@ -157,3 +165,46 @@ def test_concurrent_app_threads_with_flushes(placement: Placement) -> None:
     f.join()
     rig.close()
     check(rig.out, rig.proc, {i for ids in entered for i in ids}, "enrich")
+
+
+@pytest.mark.parametrize("placement", ["processor", "exporter"])
+def test_a_killed_scoring_process_loses_nothing_at_the_exporter(placement: Placement) -> None:
+    """2,800 spans of traces out at the scoring process are released at once when it is killed: more than
+    the SDK's default BatchSpanProcessor queue (2,048) holds, behind an exporter slower than the release."""
+    out = SlowExporter(delay_s=0.01)
+    if placement == "processor":
+        entry: SpanProcessor = RagScoringSpanProcessor(
+            BatchSpanProcessor(out), judge=ScriptedJudge(), sampler=Sampler(rate=1.0), worker="process",
+            tick_interval=0.05,
+        )
+        face: ScoringFace = entry  # type: ignore[assignment]
+    else:
+        exporter = RagScoringSpanExporter(out, judge=ScriptedJudge(), sampler=Sampler(rate=1.0), worker="process",
+                                          tick_interval=0.05)
+        entry = face = ScoringBatchSpanProcessor(exporter, schedule_delay_millis=10)
+    provider = TracerProvider()
+    provider.add_span_processor(entry)
+    tracer = provider.get_tracer("kill")
+    entered = rag_trace(tracer)
+    assert provider.force_flush(10_000)
+    for n in range(700):
+        entered += rag_trace(tracer, query=f"hang: q{n}")
+    end = time.monotonic() + 20
+    while face.queue_depth < 700:
+        assert time.monotonic() < end, f"only {face.queue_depth} traces reached the scoring process"
+        time.sleep(0.05)
+    pid = face.scoring.judging.process.pid  # type: ignore[attr-defined]
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + 20
+    while face.held_spans:
+        assert time.monotonic() < end, "the killed child's traces are still held"
+        time.sleep(0.05)
+    provider.shutdown()
+    counts = Counter(out.ids())
+    assert {i for i in entered if counts[i] != 1} == set(), f"{sum(counts[i] != 1 for i in entered)} spans lost"
+    statuses = Counter(
+        (s.attributes or {}).get("ragtrace.eval.status") for s in out.spans if s.name == "retrieve"
+    )
+    assert statuses == {"scored": 1, "error": 700}
+

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ragtrace.live.pipeline import Pipeline
+from ragtrace.live.pipeline import QUEUE_FULL, TIMED_OUT, Outcome, Pipeline
 from ragtrace.live.scoring_process.protocol import (
     HEADER,
     Answers,
@@ -48,6 +48,12 @@ RESTART_MAX_S = 60.0
 # A trace out at the scoring process waits for one answer, for the whole trace: its samples are not
 # known in the app's process.
 WHOLE_TRACE = SampleRef(target=0, names=(), retriever="")
+# What the spans of a child's traces say when the child is gone, or killed for answering nothing.
+LOST: Outcome = ("error", "scoring_process_lost")
+UNRESPONSIVE: Outcome = ("timeout", "scoring_process_unresponsive")
+# Shipped traces the pipe has not taken (the child reads slower than traces close) are bounded: beyond
+# this many bytes, newly closed traces are released unjudged, as queue_full.
+MAX_BACKLOG_BYTES = 64 << 20
 
 
 def _child_environment() -> dict[str, str]:
@@ -70,11 +76,30 @@ def _readable(fd: int, timeout: float) -> bool:
     return bool(poller.poll(timeout * 1000))
 
 
+def _poll(read_fd: int, write_fd: int | None, timeout: float) -> tuple[bool, bool]:
+    """(readable, writable) within `timeout` seconds: answers to read, or room in the pipe to the child."""
+    poller = select.poll()
+    poller.register(read_fd, select.POLLIN)
+    if write_fd is not None:
+        poller.register(write_fd, select.POLLOUT)
+    readable = writable = False
+    for fd, events in poller.poll(timeout * 1000):
+        if fd == read_fd:
+            readable = True
+        elif events & (select.POLLOUT | select.POLLERR | select.POLLHUP):
+            writable = True
+    return readable, writable
+
+
 class ScoringProcess:
     """The child process and its pipes, seen from the app. `send` ships traces; `receive` returns the
     answers that arrived. Both run on the processor's worker thread, at its ticks: the app's process has
     no thread of its own waiting on the child, since each wake-up of a thread costs the app CPU and GIL.
-    `alive` turns False for good when the child exits or a pipe breaks."""
+    `alive` turns False for good when the child exits or a pipe breaks.
+
+    The pipe to the child is non-blocking: a child that stops reading (stopped, wedged) must never hold
+    the worker thread. What the pipe does not take waits in `backlog` and goes out as the child reads,
+    at the next `send` or `receive`. `last_heard` is when the child last wrote anything."""
 
     def __init__(self, settings: ChildSettings, command: Sequence[str] | None = None) -> None:
         """`command` runs the child, which gets its two pipes' descriptors as its last two arguments
@@ -87,8 +112,10 @@ class ScoringProcess:
         self._to_child: int | None = None
         self._from_child: int | None = None
         self._received = bytearray()
+        self._outgoing = bytearray()
         self._stopping = False
         self.alive = False
+        self.last_heard = time.monotonic()
 
     def start(self) -> None:
         to_child_r, to_child_w = os.pipe()
@@ -107,8 +134,10 @@ class ScoringProcess:
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
+        os.set_blocking(to_child_w, False)
         self._to_child, self._from_child = to_child_w, from_child_r
         self.alive = True
+        self.last_heard = time.monotonic()
         # sys.path first, so that the settings (your judge's class, say) unpickle in the child
         if not (self._send(pickle.dumps(list(sys.path))) and self._send(pickle.dumps(self._settings))):
             raise RuntimeError(f"ragtrace: the scoring process did not start (exit code {self.code})")
@@ -120,47 +149,65 @@ class ScoringProcess:
             return False
         return self._send(pickle.dumps(plain_traces(traces), protocol=pickle.HIGHEST_PROTOCOL))
 
+    @property
+    def backlog(self) -> int:
+        """Bytes shipped that the pipe has not taken yet (the child is not reading)."""
+        return len(self._outgoing)
+
     def _send(self, data: bytes) -> bool:
-        fd = self._to_child
+        if self._to_child is None:
+            return False
+        self._outgoing += frame(data)
+        return self._write()
+
+    def _write(self) -> bool:
+        """Write what the pipe takes now, never waiting; False when the child is gone (broken pipe)."""
+        fd, outgoing = self._to_child, self._outgoing
         if fd is None:
             return False
-        view = memoryview(frame(data))
         try:
-            while view:
-                view = view[os.write(fd, view) :]
-            return True
+            while outgoing:
+                del outgoing[: os.write(fd, outgoing)]
+        except BlockingIOError:  # the pipe is full: the rest goes at the next send or receive
+            pass
         except OSError:  # the child exited (broken pipe)
             self._lost()
             return False
+        return True
 
     def receive(self, timeout: float = 0.0) -> list[Answers]:
-        """The answers that arrived, waiting up to `timeout` seconds for the first."""
+        """The answers that arrived, waiting up to `timeout` seconds for the first; meanwhile the pipe
+        to the child takes what it can of the backlog."""
         fd = self._from_child
         if fd is None:
             return []
         answers: list[Answers] = []
-        wait = max(timeout, 0.0)
+        end = time.monotonic() + max(timeout, 0.0)
         while True:
+            wait = max(end - time.monotonic(), 0.0) if not answers else 0.0
             try:
-                ready = _readable(fd, wait)
+                ready, writable = _poll(fd, self._to_child if self._outgoing else None, wait)
+                if writable and not self._write():
+                    return answers
                 chunk = os.read(fd, 1 << 20) if ready else b""
             except (OSError, ValueError):
                 chunk, ready = b"", True
             if not ready:
+                if writable and wait > 0:  # the pipe took more: go on waiting for answers
+                    continue
                 return answers
             if not chunk:  # end of file: the child exited
                 self._lost()
                 return answers
+            self.last_heard = time.monotonic()
             self._received += chunk
             try:
                 answers.extend(self._complete_frames())
             except Exception:  # a garbled stream: this child cannot be trusted any more
                 logger.exception("ragtrace: an answer of the scoring process could not be read")
-                if self._process is not None:
-                    self._process.kill()
-                self._lost()
+                self.kill("wrote what cannot be read")
                 return answers
-            wait = 0.0  # then take whatever else is there already, without waiting
+            end = time.monotonic()  # then take whatever else is there already, without waiting
 
     def _complete_frames(self) -> list[Answers]:
         frames: list[Answers] = []
@@ -182,10 +229,21 @@ class ScoringProcess:
                          self.code)
         self.alive = False
 
+    def kill(self, why: str) -> None:
+        """End a child that cannot be trusted or does not answer; SIGKILL ends a stopped process too."""
+        if self.alive and not self._stopping:
+            logger.error("ragtrace: the scoring process %s; it is killed and its traces forwarded unscored", why)
+        self.alive = False
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(0.5)
+
     def restart(self) -> None:
         """Let the old child go (killed if it still runs) and start a new one with the same settings."""
         self.stop(timeout=1.0)
         self._received = bytearray()
+        self._outgoing = bytearray()
         self._stopping = False
         self.start()
 
@@ -222,8 +280,9 @@ class ScoringProcess:
             else:
                 time.sleep(0.05)
         if process is not None and process.poll() is None:
-            process.kill()
-            process.wait(timeout)
+            process.kill()  # a stopped child too
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(1.0)
         fd, self._from_child = self._from_child, None
         if fd is not None:
             os.close(fd)
@@ -242,7 +301,9 @@ class ScoringProcess:
 class ProcessJudging:
     """`Judging` in the scoring process: closed traces are parked in the store and shipped once a tick;
     each answer releases its trace with the child's writes. A lost child's traces are released unscored
-    (counted as errors) and a new child is started, backing off while starts keep failing."""
+    (counted as errors) and a new child is started, backing off while starts keep failing. A child that
+    owes answers and has said nothing for `score_deadline` + grace (stopped, wedged) is killed: its
+    traces time out, and it is replaced the same way."""
 
     def __init__(self, pipeline: Pipeline, worker: ScoringWorker, *, closed: Callable[[], bool]) -> None:
         self._pipeline = pipeline
@@ -252,6 +313,7 @@ class ProcessJudging:
         self._closed = closed
         self._outbox: list[PendingTrace] = []  # closed traces for this tick's message (worker thread only)
         self._restart_at, self._backoff = 0.0, 1.0
+        self._lost_as: Outcome = LOST  # how the traces of a child that is gone are released
         settings = ChildSettings(
             judge=options.judge, scorers=tuple(options.scorers or ()), sampler=options.sampler,
             target=options.target, score_deadline=options.score_deadline, max_queue=options.max_queue,
@@ -278,7 +340,7 @@ class ProcessJudging:
         assert first.context is not None  # only spans with a context are ever held
         if self._store.pending_traces >= self._options.max_queue:
             self._counts.add("queue_full")
-            self._pipeline.pass_through(trace)
+            self._pipeline.pass_through(trace, QUEUE_FULL)
             return
         pending = PendingTrace(
             trace_id=first.context.trace_id,
@@ -290,15 +352,19 @@ class ProcessJudging:
         )
         if not self._store.put_pending(pending.trace_id, pending):
             self._counts.add("queue_full")
-            self._pipeline.pass_through(trace)
+            self._pipeline.pass_through(trace, QUEUE_FULL)
             return
         self._outbox.append(pending)
 
     def ship(self) -> None:
-        """Send this tick's closed traces in one message; if the scoring process is gone, release them."""
+        """Send this tick's closed traces in one message; if the scoring process is gone, release them.
+        While the child does not read, what was shipped waits in the pipe's backlog, up to a bound."""
         if not self._outbox:
             return
         outbox, self._outbox = self._outbox, []
+        if self.process.backlog > MAX_BACKLOG_BYTES:
+            self._give_up(outbox, QUEUE_FULL, "queue_full")
+            return
         try:
             unsent = [] if self.process.send([pending.spans for pending in outbox]) else outbox
         except Exception:  # a trace that does not encode (a foreign span, say): find it, send the others
@@ -310,24 +376,30 @@ class ProcessJudging:
                 except Exception as exc:
                     logger.warning("ragtrace: a trace could not be sent for scoring (%s: %s); forwarded unscored",
                                    type(exc).__name__, exc)
-                    unsent.append(pending)
-        for pending in unsent:
+                    self._give_up([pending], ("error", "internal_error"), "error")
+        self._give_up(unsent, self._lost_as, "error")
+
+    def _give_up(self, traces: list[PendingTrace], outcome: Outcome, decision: str) -> None:
+        """Release parked traces unjudged, each counted once as `decision`, saying why on their spans."""
+        for pending in traces:
             recorded = self._store.record(pending.trace_id, 0, None)
             if recorded is not None:
-                self._counts.add("error")
-                self._pipeline.emit(recorded[1].spans)
+                self._counts.add(decision)
+                self._pipeline.emit_not_judged(recorded[1].spans, outcome)
 
     def tick(self) -> bool:
-        """Take the scoring process's answers. If it is gone, release what it had unscored (counted as
-        errors) and start a new one. True while the process is lost."""
+        """Take the scoring process's answers; kill it if it owes answers and says nothing. If it is gone,
+        release what it had unscored and start a new one. True while the process is lost."""
         process = self.process
         for answers in process.receive():
             self._answers(answers)
+        self._kill_if_unresponsive()
         if process.alive:
             return False
+        outcome = self._lost_as
         for pending in self._store.pop_expired(time.monotonic(), everything=True):
-            self._counts.add("error")
-            self._pipeline.emit(pending.spans)
+            self._counts.add("timeout" if outcome[0] == "timeout" else "error")
+            self._pipeline.emit_not_judged(pending.spans, outcome)
         now = time.monotonic()
         if self._closed() or now < self._restart_at:
             return True
@@ -335,10 +407,24 @@ class ProcessJudging:
         self._backoff = min(self._backoff * 2, RESTART_MAX_S)
         try:
             process.restart()
+            self._lost_as = LOST
             logger.warning("ragtrace: started a new scoring process")
         except Exception:
             logger.exception("ragtrace: starting a new scoring process failed")
         return True
+
+    def _kill_if_unresponsive(self) -> None:
+        """A healthy child answers every trace within `score_deadline` (timeouts included); one that owes
+        an answer past its trace's deadline and has written nothing for as long is stopped or wedged."""
+        process = self.process
+        if not process.alive:
+            return
+        now = time.monotonic()
+        first = self._store.first_deadline()
+        silent = now - process.last_heard
+        if first is not None and first <= now and silent > self._options.score_deadline + GRACE_S:
+            self._lost_as = UNRESPONSIVE
+            process.kill(f"answered nothing for {silent:.1f} s")
 
     def wait(self, deadline: float) -> None:
         self._worker.call(lambda: self._drain(deadline), deadline - time.monotonic())
@@ -348,6 +434,12 @@ class ProcessJudging:
         while self._store.pending_traces and self.process.alive and (left := deadline - time.monotonic()) > 0:
             for answers in self.process.receive(min(left, 0.05)):
                 self._answers(answers)
+            self._kill_if_unresponsive()
+        if not self.process.alive:
+            outcome = self._lost_as
+            for pending in self._store.pop_expired(time.monotonic(), everything=True):
+                self._counts.add("timeout" if outcome[0] == "timeout" else "error")
+                self._pipeline.emit_not_judged(pending.spans, outcome)
 
     def _answers(self, answers: Answers) -> None:
         """The scoring process answered (worker thread): replay metrics; count, write and release traces."""
@@ -368,13 +460,15 @@ class ProcessJudging:
             self._pipeline.emit_with_writes(recorded[1].spans, writes)
 
     def time_out(self, pending: PendingTrace) -> None:
-        """A trace out at the scoring process: its samples are not known here, it counts one timeout."""
+        """A trace out at the scoring process: its samples are not known here, it counts one timeout, and
+        its retrieval spans say so."""
         if pending.waiting:
             self._counts.add("timeout")
+            pending.evaluations.update(self._pipeline.not_judged(pending.spans, TIMED_OUT))
         pending.waiting = {}
 
-    def stop(self) -> None:
-        self.process.stop()
+    def stop(self, timeout: float = 5.0) -> None:
+        self.process.stop(timeout)
 
     def abandon(self) -> None:
         """In a forked copy of the app: the parent's scoring process answers the parent only."""
