@@ -92,6 +92,21 @@ def not_judged(status: EvalStatus, error: str, model: str, prompt_version: str) 
                       outcome=(status, error))
 
 
+# What a sample the limits turned away says on its span: a sampled retrieval span always says what became of
+# it. Per-scorer sampling that picked no scorer is not here: nothing was meant to look at that sample.
+_DECLINED: dict[str, tuple[EvalStatus, str]] = {
+    "throttled": ("skipped", "throttled"),
+    "over_budget": ("skipped", "over_budget"),
+    "error": ("error", "internal_error"),
+}
+
+
+def declined(decision: str, model: str, prompt_version: str) -> Evaluation | None:
+    """The evaluation of a sample the planner declined with `decision`, or None when it says nothing."""
+    outcome = _DECLINED.get(decision)
+    return not_judged(*outcome, model, prompt_version) if outcome is not None else None
+
+
 def _cap(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 

@@ -11,7 +11,7 @@ from opentelemetry.trace import SpanContext
 
 from ragtrace.capture import CaptureStats, extract_samples
 from ragtrace.live.counts import decision_of
-from ragtrace.live.enrich import Evaluation, evaluation_span, not_judged, timed_out
+from ragtrace.live.enrich import Evaluation, declined, evaluation_span, not_judged, timed_out
 from ragtrace.live.pipeline import QUEUE_FULL, Pipeline
 from ragtrace.live.planning import Planned, Planner
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef
@@ -66,16 +66,19 @@ class JobJudging:
         trace_id = first.context.trace_id
         jobs: dict[int, Planned] = {}
         refs: dict[int, SampleRef] = {}
+        turned_away: dict[int, list[Evaluation]] = {}  # retrieval span id -> why its sample was not judged
         for key, captured in enumerate(samples):
             planned = self._planner.plan(trace_id, captured, by_id.get(captured.retrieval_span_id, first))
             if isinstance(planned, str):
                 self._counts.add(planned)
+                if (why := declined(planned, self._options.model, self._options.prompt_version)) is not None:
+                    turned_away[captured.retrieval_span_id] = [why]
                 continue
             jobs[key] = planned
             target = self._planner.target_of(captured, by_id, spans)
             refs[key] = SampleRef(target, tuple(s.name for s in planned[1]), captured.retriever)
         if not jobs:
-            self._pipeline.pass_through(trace)
+            self._pipeline.pass_through(trace, turned_away=turned_away)
             return
         link = not self._options.enrich  # link mode: spans went on already, only references are held
         pending = PendingTrace(
@@ -85,6 +88,7 @@ class JobJudging:
             resource=first.resource,
             trace_flags=first.context.trace_flags,
             waiting=refs,
+            evaluations=dict(turned_away),
         )
         if not self._store.put_pending(trace_id, pending):
             self._counts.add("queue_full", len(jobs))

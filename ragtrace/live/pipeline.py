@@ -124,14 +124,22 @@ class Pipeline:
             return
         self._judging().take(trace)
 
-    def pass_through(self, trace: OpenTrace, outcome: Outcome | None = None) -> None:
+    def pass_through(
+        self,
+        trace: OpenTrace,
+        outcome: Outcome | None = None,
+        *,
+        turned_away: dict[int, list[Evaluation]] | None = None,
+    ) -> None:
         """Release a closed trace unscored (in link mode its spans went on when they ended); with an
-        `outcome`, its retrieval spans say why they were not judged."""
+        `outcome`, its retrieval spans say why they were not judged; `turned_away` says it for some."""
         if self.options.enrich:
-            if outcome is None:
-                self.sink.emit(trace.spans)
-            else:
+            if outcome is not None:
                 self.emit_not_judged(trace.spans, outcome)
+            elif turned_away:
+                self.emit_with_writes(trace.spans, writes_for(turned_away, self.options.reason_max_chars))
+            else:
+                self.sink.emit(trace.spans)
         self.store.release(len(trace.spans))
 
     def emit_not_judged(self, spans: Sequence[ReadableSpan], outcome: Outcome) -> None:

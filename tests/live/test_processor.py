@@ -292,16 +292,20 @@ def test_root_that_never_ends_is_closed_by_max_trace_wait(rig: Callable[..., Rig
     assert (retrieval(r.out).attributes or {})["ragtrace.eval.status"] == "scored"
 
 
-def test_throttled_and_over_budget(rig: Callable[..., Rig]) -> None:
-    r = rig(sampler=Sampler(rate=1.0, evaluations_per_minute=1))
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_throttled_and_over_budget(rig: Callable[..., Rig], worker: str) -> None:
+    """The limits turn a sample away: it is counted, and its retrieval span says so."""
+    r = rig(sampler=Sampler(rate=1.0, evaluations_per_minute=1), worker=worker)
     rag_trace(r.tracer)
     rag_trace(r.tracer)
-    assert wait_until(lambda: len(r.out.spans) == 8)
+    assert wait_until(lambda: len(r.out.spans) == 8, timeout=15)
     assert r.proc.decisions == {"scored": 2, "throttled": 1}
-    b = rig(sampler=Sampler(rate=1.0, daily_token_budget=0))
+    assert sorted(map(str, r.retrieval_status().values())) == ["('scored', None)", "('skipped', 'throttled')"]
+    b = rig(sampler=Sampler(rate=1.0, daily_token_budget=0), worker=worker)
     rag_trace(b.tracer)
-    assert wait_until(lambda: len(b.out.spans) == 4)
+    assert wait_until(lambda: len(b.out.spans) == 4, timeout=15)
     assert b.proc.decisions == {"over_budget": 1}
+    assert list(b.retrieval_status().values()) == [("skipped", "over_budget")]
 
 
 def test_custom_scorers_and_reason_cap(rig: Callable[..., Rig]) -> None:

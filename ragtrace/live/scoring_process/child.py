@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace.capture import CaptureStats, extract_samples
 from ragtrace.live.counts import decision_of
-from ragtrace.live.enrich import Evaluation, timed_out, writes_for
+from ragtrace.live.enrich import Evaluation, declined, timed_out, writes_for
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.planning import Planner
 from ragtrace.live.scoring_process.protocol import (
@@ -135,6 +135,8 @@ class TraceScoring:
             planned = self._planner.plan(trace.trace_id, captured, by_id.get(captured.retrieval_span_id, spans[0]))
             if isinstance(planned, str):
                 trace.decisions[planned] += 1
+                if (why := declined(planned, self._model, self._prompt_version)) is not None:
+                    trace.evaluations.setdefault(captured.retrieval_span_id, []).append(why)
                 continue
             sample, scorers = planned
             ref = SampleRef(self._planner.target_of(captured, by_id, spans), tuple(s.name for s in scorers),
