@@ -13,9 +13,9 @@ benchmark `bench/local_judge_quality.py`):
   words in the context and in its opening sentence, the share of the reference's own words (those not
   in the query) in the context, and whether the reference's answer phrase occurs verbatim. `useful` is
   an absolute floor on that probability, the same whatever else was retrieved: a list of distractors
-  gets no useful context because one of them is the least bad. A context that holds every word the reference adds to the
-  query (for "The answer is X.", the context states X) is useful whatever the other evidence says: it
-  can produce the answer, which is the question asked.
+  gets no useful context because one of them is the least bad. A context that holds every word the
+  reference adds to the query (for "The answer is X.", the context states X) is useful whatever the
+  other evidence says: it can produce the answer, which is the question asked.
   When the reference adds no content word of its own (a "yes" or "no", an answer already named in the
   query, no reference at all) the query alone is judged, with its own weights and floor. A reference
   whose words no context holds is evidence too: the contexts then lack the answer, and are judged so.
@@ -233,8 +233,9 @@ class LocalJudge(PerProcessState):
         doc_sets = [set(d) for d in content_docs]
         weights = lexical.idf(content_docs)
         query_terms = lexical.content_tokens(query)
-        # The reference's own words: what it adds to the query, limited to words some context has
-        # (a word no context has cannot tell contexts apart, e.g. "answer" in "The answer is X").
+        # The reference's own words: what it adds to the query. Words no context holds count too: the
+        # contexts lack the answer. For the response (usage), only words some context has can tell
+        # contexts apart, e.g. not "answer" in "The answer is X".
         query_set = set(query_terms)
         reference_terms = _own_terms(reference, query_set)
         response_terms = [t for t in _own_terms(response, query_set) if t in weights]
