@@ -55,7 +55,9 @@ def _spellings(name: str) -> str:
 _OPEN = r"(?:<|\uff1c|\ufe64|&lt;?|&#0*60;?|&#x0*3c;?)"
 _SLASH = r"(?:/|\uff0f|&#0*47;?|&#x0*2f;?|&sol;?)?"
 _CLOSING = re.compile(
-    _OPEN + _GAP + _SLASH + _GAP + "(?:" + "|".join(_spellings(t) for t in _TAGS) + r")", re.IGNORECASE
+    "(?P<bracket>" + _OPEN + ")(?P<rest>" + _GAP + _SLASH + _GAP + "(?:" + "|".join(_spellings(t) for t in _TAGS)
+    + "))",
+    re.IGNORECASE,
 )
 _CUT_MARK = " [cut]"
 
@@ -368,12 +370,7 @@ def cut_to_budget(text: str, budget: int, count: TokenCounter) -> tuple[str, boo
 def _data(text: str) -> str:
     """Neutralise our own tags inside data, so a context cannot close its delimiter and speak: the bracket
     of anything that reads as one of them, however spelt, becomes `‹`, which no reader takes for a tag."""
-    return _CLOSING.sub(lambda m: "\u2039" + m.group(0)[_bracket_length(m.group(0)):], text)
-
-
-def _bracket_length(found: str) -> int:
-    match = re.match(_OPEN, found, re.IGNORECASE)
-    return match.end() if match else 1
+    return _CLOSING.sub(lambda m: "\u2039" + m.group("rest"), text)
 
 
 @dataclass(frozen=True)
