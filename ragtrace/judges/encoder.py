@@ -144,8 +144,9 @@ class Encoder:
         # The encoder runs beside the application (live) or beside other work (CI): BLAS's own thread pool
         # spins on busy cores and was measured 6x slower on two loaded cores than one thread. Limited with
         # threadpoolctl around each forward pass only, so the host's own numpy keeps its settings.
-        # None leaves BLAS alone (and lets onnxruntime pick its own pool size).
-        self._blas_limit = _blas_limiter(blas_threads)
+        # None leaves BLAS alone (and lets onnxruntime pick its own pool size). onnxruntime uses no BLAS,
+        # so there is nothing to limit around its runs.
+        self._blas_limit = contextlib.nullcontext if backend == "onnxruntime" else _blas_limiter(blas_threads)
         tokenizers = _require("tokenizers")
         safetensors_numpy = _require("safetensors.numpy")
         path = path or model_dir()
