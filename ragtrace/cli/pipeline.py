@@ -222,7 +222,8 @@ def report(
 ) -> None:
     """The table and the failures (on stderr with --json), then the HTML report and the JSON summary."""
     text = stderr if args.json else stdout
-    _write_text(text, run, summary, verdict, args)
+    judge_errors = summary.judge_errors()
+    _write_text(text, run, summary, verdict, args, judge_errors)
     if args.html:
         _write_html(run, summary, args)
         text.write(f"HTML report: {args.html}\n")
@@ -235,13 +236,16 @@ def report(
         )
         payload["error_rate_exceeded"] = verdict.too_many_errors
         payload["judge_errors"] = {
-            code: {"items": items, "message": message} for code, (items, message) in summary.judge_errors().items()
+            code: {"items": items, "message": message} for code, (items, message) in judge_errors.items()
         }
         stdout.write(json.dumps(payload, indent=2) + "\n")
     stdout.flush()
 
 
-def _write_text(text: TextIO, run: Run, summary: Summary, verdict: Verdict, args: argparse.Namespace) -> None:
+def _write_text(
+    text: TextIO, run: Run, summary: Summary, verdict: Verdict, args: argparse.Namespace,
+    judge_errors: dict[str, tuple[int, str]],
+) -> None:
     if summary.interrupted:
         kept = f" (results kept in {run.out})" if run.out else ""
         text.write(f"interrupted: partial summary over {len(summary.ordered)} of {len(run.items)} items{kept}\n")
@@ -252,7 +256,7 @@ def _write_text(text: TextIO, run: Run, summary: Summary, verdict: Verdict, args
             text.write(f"FAIL {threshold.scorer}: {mean} < min {threshold.minimum:g}\n")
     for name, rate in verdict.too_many_errors.items():
         text.write(f"FAIL {name}: {rate:.0%} of items ended in a judge error (max {args.max_error_rate:.0%})\n")
-    for code, (items, message) in summary.judge_errors().items():  # once each, not once per item
+    for code, (items, message) in judge_errors.items():  # once each, not once per item
         text.write(f"judge error {code} on {items} of {len(summary.ordered)} items: {message}\n")
     if summary.comparison is not None:
         text.write(format_comparison(summary.comparison) + "\n")
