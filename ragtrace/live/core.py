@@ -82,16 +82,19 @@ class LiveScoring:
     # --- flush and shutdown ---------------------------------------------------------------------------
 
     def flush(self, timeout_millis: int) -> bool:
-        """Score what can be scored within the timeout, release everything held, flush the sink."""
+        """Score what can be scored within the timeout, release everything held, flush the sink; False when
+        some of it did not go within the timeout."""
         deadline = time.monotonic() + timeout_millis / 1000
+        settled = True
         try:
             if not self._shutdown:
-                self.pipeline.settle(deadline, self.worker.call)
+                settled = self.pipeline.settle(deadline, self.worker.call)
         except Exception:
+            settled = False
             logger.exception("ragtrace: force_flush failed")
         remaining = max(int((deadline - time.monotonic()) * 1000), 0)
         try:
-            return bool(self.pipeline.sink.flush(remaining))
+            return bool(self.pipeline.sink.flush(remaining)) and settled
         except Exception:
             logger.exception("ragtrace: flushing the wrapped processor or exporter failed")
             return False

@@ -171,9 +171,22 @@ class Pipeline:
             spans = [_written(span, writes) for span in spans]
         self.sink.emit(spans)
 
-    def settle(self, deadline: float, call_on_worker: WorkerCall) -> None:
-        """Close every open trace, wait for judging until `deadline`, release whatever is still held."""
-        if not call_on_worker(lambda: self.tick(everything=True), deadline - time.monotonic()):
+    def settle(self, deadline: float, call_on_worker: WorkerCall) -> bool:
+        """Close every open trace, wait for judging until `deadline`, release whatever is still held.
+
+        False when the worker did not answer in time: traces it had in hand then are not released yet.
+        Its answer, however late, releases them (the caller has given up waiting by then)."""
+
+        def close_everything() -> None:
+            self.tick(everything=True)
+            if time.monotonic() >= deadline:
+                for pending in self.store.pop_expired(time.monotonic(), everything=True):
+                    self.release(pending)
+
+        answered = call_on_worker(close_everything, deadline - time.monotonic())
+        if not answered:
+            if refused := self.store.take_refused():
+                self.emit_not_judged(refused, QUEUE_FULL)
             for trace in self.store.take_closing(self.options.max_trace_wait, everything=True):
                 self.counts.add("timeout")
                 self.pass_through(trace, TIMED_OUT)
@@ -181,6 +194,7 @@ class Pipeline:
         for pending in self.store.pop_expired(time.monotonic(), everything=True):
             self.release(pending)
         self.counts.report(self.options.metrics)
+        return answered
 
     def close_store(self) -> None:
         """Shutdown: release everything the store still holds (open traces time out)."""

@@ -267,8 +267,26 @@ def test_held_span_overflow_is_forwarded_and_counted(rig: Callable[..., Rig]) ->
         ids += rag_trace(r.tracer)  # 4 spans each: the third trace no longer fits
     assert r.proc.held_spans <= 8
     assert r.proc.decisions.get("queue_full", 0) >= 1
-    r.proc.force_flush(200)
+    assert r.proc.force_flush(1000)
     assert r.exported_once(ids)
+
+
+def test_flush_while_the_worker_is_stuck_releases_everything_and_says_so(rig: Callable[..., Rig]) -> None:
+    r = rig(max_held_spans=8, score_deadline=60.0)
+    parked = rag_trace(r.tracer, query="hang: q") + rag_trace(r.tracer, query="hang: q")  # the judge hangs
+    assert wait_until(lambda: r.judge.calls == 2)
+    worker = r.proc.scoring.worker
+    stuck = threading.Event()
+    worker.call(lambda: stuck.wait(5), 0)  # the worker's loop is busy with something else
+    closed_meanwhile = rag_trace(r.tracer, query="hang: q")
+    refused = rag_trace(r.tracer, query="hang: q")  # over max_held_spans: its retrieval span waits for a tick
+    assert not r.proc.force_flush(300)  # the worker did not answer
+    assert r.exported_once(parked + closed_meanwhile + refused)
+    stuck.set()
+    assert worker.call(lambda: None, 5)  # the late answer finds nothing left to release
+    assert r.exported_once(parked + closed_meanwhile + refused)
+    statuses = {(s.attributes or {}).get("ragtrace.eval.status") for s in r.out.by_name("retrieve")}
+    assert statuses == {"timeout", "skipped"}
 
 
 def test_open_trace_overflow_and_job_queue_overflow(rig: Callable[..., Rig]) -> None:
