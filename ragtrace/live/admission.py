@@ -106,10 +106,11 @@ class Admission:
         if result == "passed":
             if is_root:  # a sampled trace that ended with nothing to read
                 next(self._counts.rag_free_roots.count)
-        elif result == "overflow" or result == "turned_away":
-            if result == "overflow":  # once a trace: its later spans are turned away
-                self._counts.add("queue_full")
-            # A sampled retrieval span says why it was not judged: it goes on at the next tick.
-            if self._enrich and (start == "retrieval" or (start == "held" and capture_start(span) == "retrieval")):
-                return self._store.refuse(span)
+            return False
+        if result == "overflow":  # once a trace: its later spans are turned away
+            self._counts.add("queue_full")
+        # A sampled retrieval span says why it was not judged (turned away, or it ended after its trace
+        # had closed): it goes on at the next tick.
+        if self._enrich and (start == "retrieval" or (start == "held" and capture_start(span) == "retrieval")):
+            return self._store.refuse(span, result)
         return False

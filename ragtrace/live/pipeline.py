@@ -22,7 +22,7 @@ from ragtrace.capture.readers import span_role
 from ragtrace.live.counts import Counts
 from ragtrace.live.enrich import EvalStatus, Evaluation, Writes, enrich, not_judged, writes_for
 from ragtrace.live.options import ScoringOptions
-from ragtrace.live.store import OpenTrace, PendingTrace, SpanStore
+from ragtrace.live.store import OpenTrace, PendingTrace, Refusal, SpanStore
 from ragtrace.scoring import JUDGE_TIMEOUT
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 Outcome = tuple[EvalStatus, str]
 QUEUE_FULL: Outcome = ("skipped", "queue_full")
 TIMED_OUT: Outcome = ("timeout", JUDGE_TIMEOUT)
+# A retrieval span that ended after its trace was closed for scoring (after its root, or after
+# max_trace_wait): it is in no sample.
+LATE: Outcome = ("skipped", "late_span")
+_REFUSED: dict[Refusal, Outcome] = {"overflow": QUEUE_FULL, "turned_away": QUEUE_FULL, "late": LATE}
 
 
 class Sink(Protocol):
@@ -95,8 +99,7 @@ class Pipeline:
         expired ones, report. True while anything is held or the judging needs ticks of its own."""
         judging = self._judging()
         needs_ticks = judging.tick()
-        if refused := self.store.take_refused():
-            self.emit_not_judged(refused, QUEUE_FULL)
+        self.emit_refused()
         for trace in self.store.take_closing(self.options.max_trace_wait, everything=everything):
             try:
                 self.close(trace)
@@ -110,6 +113,16 @@ class Pipeline:
         self.counts.report(self.options.metrics)
         waiting = self.sink.emitted()
         return self.store.held > 0 or needs_ticks or waiting
+
+    def emit_refused(self) -> None:
+        """Send the retrieval spans that have no sample (turned away, or late), each saying why."""
+        by_outcome: dict[Outcome, list[ReadableSpan]] = {}
+        for span, why in self.store.take_refused():
+            by_outcome.setdefault(_REFUSED[why], []).append(span)
+        if late := by_outcome.get(LATE):
+            self.counts.add("late_span", len(late))
+        for outcome, spans in by_outcome.items():
+            self.emit_not_judged(spans, outcome)
 
     def close(self, trace: OpenTrace) -> None:
         """Pass through what cannot be judged; hand the rest to the judging."""
@@ -185,8 +198,7 @@ class Pipeline:
 
         answered = call_on_worker(close_everything, deadline - time.monotonic())
         if not answered:
-            if refused := self.store.take_refused():
-                self.emit_not_judged(refused, QUEUE_FULL)
+            self.emit_refused()
             for trace in self.store.take_closing(self.options.max_trace_wait, everything=True):
                 self.counts.add("timeout")
                 self.pass_through(trace, TIMED_OUT)
@@ -199,6 +211,7 @@ class Pipeline:
     def close_store(self) -> None:
         """Shutdown: release everything the store still holds (open traces time out)."""
         open_traces, pending = self.store.close()
+        self.emit_refused()
         for trace in open_traces:
             if trace.overflowed:  # refused by the limits, and counted as queue_full then
                 if self.options.enrich:

@@ -20,6 +20,8 @@ from opentelemetry.trace import TraceFlags
 from ragtrace.live.enrich import Evaluation
 
 AddResult = Literal["held", "late", "overflow", "turned_away", "passed"]
+# Why a span goes on without a sample: the limits turned its trace away, or its trace had closed already.
+Refusal = Literal["overflow", "turned_away", "late"]
 
 
 @dataclass(slots=True)
@@ -78,8 +80,8 @@ class SpanStore:
         # at 40,000 ids, against 0.4 µs).
         self._done: OrderedDict[int, bool] = OrderedDict()  # trace id -> whether the limits turned it away
         self._closing: deque[int] = deque()
-        # Retrieval spans turned away by the limits, to go on at the next tick saying so (queue_full).
-        self._refused: list[ReadableSpan] = []
+        # Retrieval spans that go on without a sample, at the next tick, saying why.
+        self._refused: list[tuple[ReadableSpan, Refusal]] = []
 
     # --- app thread -------------------------------------------------------------------------------
 
@@ -117,16 +119,16 @@ class SpanStore:
                 self._closing.append(trace_id)
             return "held"
 
-    def refuse(self, span: ReadableSpan) -> bool:
-        """Keep a retrieval span the limits turned away until the next tick, which releases it with its
+    def refuse(self, span: ReadableSpan, why: Refusal) -> bool:
+        """Keep a retrieval span that has no sample until the next tick, which releases it with its
         status; False after shutdown (it goes on as it is). Bounded by what arrives in one tick."""
         with self.lock:
             if self.closed:
                 return False
-            self._refused.append(span)
+            self._refused.append((span, why))
             return True
 
-    def take_refused(self) -> list[ReadableSpan]:
+    def take_refused(self) -> list[tuple[ReadableSpan, Refusal]]:
         with self.lock:
             refused, self._refused = self._refused, []
             return refused
@@ -235,14 +237,11 @@ class SpanStore:
             return self._drained.wait_for(lambda: not self._pending, max(timeout, 0.0))
 
     def close(self) -> tuple[list[OpenTrace], list[PendingTrace]]:
-        """Shutdown: from now on nothing is held; hand back everything that still is (refused spans as
-        a trace of their own)."""
+        """Shutdown: from now on nothing is held; hand back everything that still is (except the refused
+        spans, which `take_refused` still hands out)."""
         with self.lock:
             self.closed = True
             open_traces = list(self._open.values())
-            if self._refused:
-                open_traces.append(OpenTrace(self._refused, 0.0, overflowed=True))
-                self._refused = []
             pending = list(self._pending.values())
             self._open.clear()
             self._pending.clear()

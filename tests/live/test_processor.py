@@ -496,7 +496,7 @@ def test_a_sampled_trace_with_no_rag_span_is_never_held(rig: Callable[..., Rig],
     assert r.proc.decisions == {"not_rag": 2}
 
 
-def test_a_late_retrieval_of_a_trace_that_ended_with_nothing_held_passes_through(rig: Callable[..., Rig]) -> None:
+def test_a_late_retrieval_of_a_trace_that_ended_with_nothing_held_says_so(rig: Callable[..., Rig]) -> None:
     r = rig()
     root = r.tracer.start_span("request")
     late = r.tracer.start_span("retrieve", context=set_span_in_context(root))
@@ -504,8 +504,33 @@ def test_a_late_retrieval_of_a_trace_that_ended_with_nothing_held_passes_through
     late.set_attribute("gen_ai.retrieval.documents", documents(["good doc"]))
     root.end()
     late.end()  # after its root: the trace was closed then
+    r.settle(2)
     assert [s.name for s in r.out.spans] == ["request", "retrieve"]
-    assert r.proc.held_spans == 0 and r.proc.decisions == {"not_rag": 1}
+    attrs = r.out.spans[1].attributes or {}
+    assert (attrs["ragtrace.eval.status"], attrs["ragtrace.eval.error"]) == ("skipped", "late_span")
+    assert r.proc.held_spans == 0 and r.proc.decisions == {"not_rag": 1, "late_span": 1}
+
+
+@pytest.mark.parametrize("placement", ["processor", "exporter"])
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_a_retrieval_that_ends_after_its_scored_trace_closed_says_so(
+    rig: Callable[..., Rig], placement: str, worker: str
+) -> None:
+    r = rig(placement=placement, worker=worker)
+    root, ids = open_rag_trace(r.tracer)
+    late = r.tracer.start_span("retrieve", context=set_span_in_context(root))
+    late.set_attribute("gen_ai.operation.name", "retrieval")
+    late.set_attribute("gen_ai.retrieval.query.text", "fast: what is good?")
+    late.set_attribute("gen_ai.retrieval.documents", documents(["good doc"]))
+    root.end()
+    r.settle(len(ids), timeout=20)
+    late.end()  # its trace was scored and exported already
+    r.settle(len(ids) + 1)
+    assert r.exported_once([*ids, late.get_span_context().span_id])
+    statuses = [((s.attributes or {}).get("ragtrace.eval.status"), (s.attributes or {}).get("ragtrace.eval.error"))
+                for s in r.out.by_name("retrieve")]
+    assert statuses == [("scored", None), ("skipped", "late_span")]
+    assert r.proc.decisions.get("late_span") == 1
 
 
 def test_ground_truth_that_ends_before_the_retrieval_is_held_and_read(rig: Callable[..., Rig]) -> None:
