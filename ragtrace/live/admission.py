@@ -110,7 +110,7 @@ class Admission:
         if result == "overflow":  # once a trace: its later spans are turned away
             self._counts.add("queue_full")
         # A sampled retrieval span says why it was not judged (turned away, or it ended after its trace
-        # had closed): it goes on at the next tick.
-        if self._enrich and (start == "retrieval" or (start == "held" and capture_start(span) == "retrieval")):
-            return self._store.refuse(span, result)
+        # had closed): on itself, going on at the next tick, or (link mode) on a span of its own then.
+        if start == "retrieval" or (start == "held" and capture_start(span) == "retrieval"):
+            return self._store.refuse(span, result) and self._enrich
         return False

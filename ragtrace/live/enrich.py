@@ -214,14 +214,15 @@ def enrich(span: ReadableSpan, attributes: Mapping[str, AttributeValue], events:
 
 def evaluation_span(
     target: SpanContext,
-    result: ScoreResult,
+    result: ScoreResult | None,
     evaluation: Evaluation,
     *,
     resource: Resource,
     start_time: int,
     reason_max_chars: int,
 ) -> ReadableSpan:
-    """Link mode: a short `evaluation <scorer>` span, child of the evaluated span and linked to it."""
+    """Link mode: a short `evaluation <scorer>` span, child of the evaluated span and linked to it; for a
+    sample not judged at all (no `result`), one `evaluation` span saying why."""
     end = time.time_ns()
     context = SpanContext(
         trace_id=target.trace_id,
@@ -230,25 +231,40 @@ def evaluation_span(
         trace_flags=target.trace_flags,
         trace_state=target.trace_state,
     )
-    attrs: dict[str, AttributeValue] = {
-        "openinference.span.kind": "EVALUATOR",
-        "gen_ai.evaluation.name": result.name,
-        **common_attributes(evaluation),
-        **scorer_attributes(result, reason_max_chars),
-    }
-    if result.error is not None:
-        attrs["error.type"] = result.error
+    attrs: dict[str, AttributeValue] = {"openinference.span.kind": "EVALUATOR", **common_attributes(evaluation)}
+    events: tuple[Event, ...] = ()
+    if result is not None:
+        attrs["gen_ai.evaluation.name"] = result.name
+        attrs.update(scorer_attributes(result, reason_max_chars))
+        events = (evaluation_event(result, reason_max_chars, end),)
+        if result.error is not None:
+            attrs["error.type"] = result.error
+    elif evaluation.status != "skipped" and evaluation.error is not None:  # a failure, not a decision
+        attrs["error.type"] = evaluation.error
     parent = SpanContext(target.trace_id, target.span_id, is_remote=False, trace_flags=target.trace_flags)
     return ReadableSpan(
-        name=f"evaluation {result.name}",
+        name="evaluation" if result is None else f"evaluation {result.name}",
         context=context,
         parent=parent,
         resource=resource,
         attributes=attrs,
-        events=(evaluation_event(result, reason_max_chars, end),),
+        events=events,
         links=(Link(parent),),
         kind=SpanKind.INTERNAL,
         start_time=min(start_time, end),
         end_time=end,
         instrumentation_scope=SCOPE,
     )
+
+
+def link_spans(
+    target: SpanContext, evaluation: Evaluation, *, resource: Resource, start_time: int, reason_max_chars: int
+) -> list[ReadableSpan]:
+    """Link mode: the `evaluation <scorer>` spans of one evaluation; one `evaluation` span, saying why, for
+    a sample not judged at all (it has no scorer results)."""
+    results: Sequence[ScoreResult | None] = evaluation.results or (None,)
+    return [
+        evaluation_span(target, result, evaluation, resource=resource, start_time=start_time,
+                        reason_max_chars=reason_max_chars)
+        for result in results
+    ]

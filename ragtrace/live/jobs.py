@@ -11,7 +11,7 @@ from opentelemetry.trace import SpanContext
 
 from ragtrace.capture import CaptureStats, extract_samples
 from ragtrace.live.counts import decision_of
-from ragtrace.live.enrich import Evaluation, declined, evaluation_span, not_judged, timed_out
+from ragtrace.live.enrich import Evaluation, declined, not_judged, timed_out
 from ragtrace.live.pipeline import QUEUE_FULL, Pipeline
 from ragtrace.live.planning import Planned, Planner
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef
@@ -88,13 +88,14 @@ class JobJudging:
             resource=first.resource,
             trace_flags=first.context.trace_flags,
             waiting=refs,
-            evaluations=dict(turned_away),
+            evaluations={} if link else dict(turned_away),
         )
         if not self._store.put_pending(trace_id, pending):
             self._counts.add("queue_full", len(jobs))
             self._pipeline.pass_through(trace, QUEUE_FULL)
             return
         if link:
+            self._pipeline.emit_evaluated(spans, turned_away)
             self._store.release(len(spans))
         # From here on the spans belong to the pending trace: nothing below may raise into the tick,
         # whose fallback would release them a second time.
@@ -113,10 +114,15 @@ class JobJudging:
             if not submitted:
                 self._counts.add("queue_full")
                 options = self._options
-                full = not_judged(*QUEUE_FULL, options.model, options.prompt_version) if options.enrich else None
-                recorded = self._store.record(trace_id, key, full)
-                if recorded is not None and recorded[2]:
-                    self._pipeline.release(recorded[1])
+                full = not_judged(*QUEUE_FULL, options.model, options.prompt_version)
+                recorded = self._store.record(trace_id, key, full if options.enrich else None)
+                if recorded is None:
+                    continue
+                ref, pending, last = recorded
+                if not options.enrich:
+                    self._emit_links(pending, ref.target, full, start_ns)
+                if last:
+                    self._pipeline.release(pending)
 
     def _on_done(self, trace_id: int, key: int, start_ns: int) -> Callable[[Evaluation, float], None]:
         def done(evaluation: Evaluation, duration_s: float) -> None:
@@ -156,16 +162,7 @@ class JobJudging:
 
     def _emit_links(self, pending: PendingTrace, target: int, evaluation: Evaluation, start_ns: int) -> None:
         ctx = SpanContext(pending.trace_id, target, is_remote=False, trace_flags=pending.trace_flags)
-        for result in evaluation.results:
-            try:
-                span = evaluation_span(
-                    ctx, result, evaluation, resource=pending.resource, start_time=start_ns,
-                    reason_max_chars=self._options.reason_max_chars,
-                )
-            except Exception:
-                logger.exception("ragtrace: building an evaluation span failed")
-                continue
-            self._pipeline.emit((span,))
+        self._pipeline.link(ctx, pending.resource, (evaluation,), start_ns)
 
     def time_out(self, pending: PendingTrace) -> None:
         """The samples still waiting get a timeout evaluation (enrich) or span (link), and are counted."""

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext
 
 from ragtrace._sdk import SPAN_ID, ids_of
 from ragtrace.capture.readers import span_role
 from ragtrace.live.counts import Counts
-from ragtrace.live.enrich import EvalStatus, Evaluation, Writes, enrich, not_judged, writes_for
+from ragtrace.live.enrich import EvalStatus, Evaluation, Writes, enrich, link_spans, not_judged, writes_for
 from ragtrace.live.options import ScoringOptions
 from ragtrace.live.store import OpenTrace, PendingTrace, Refusal, SpanStore
 from ragtrace.scoring import JUDGE_TIMEOUT
@@ -142,23 +144,50 @@ class Pipeline:
         trace: OpenTrace,
         outcome: Outcome | None = None,
         *,
-        turned_away: dict[int, list[Evaluation]] | None = None,
+        turned_away: Mapping[int, Sequence[Evaluation]] | None = None,
     ) -> None:
         """Release a closed trace unscored (in link mode its spans went on when they ended); with an
         `outcome`, its retrieval spans say why they were not judged; `turned_away` says it for some."""
-        if self.options.enrich:
-            if outcome is not None:
-                self.emit_not_judged(trace.spans, outcome)
-            elif turned_away:
-                self.emit_with_writes(trace.spans, writes_for(turned_away, self.options.reason_max_chars))
-            else:
-                self.sink.emit(trace.spans)
+        if outcome is not None:
+            self.emit_not_judged(trace.spans, outcome)
+        elif turned_away:
+            self.emit_evaluated(trace.spans, turned_away)
+        elif self.options.enrich:
+            self.sink.emit(trace.spans)
         self.store.release(len(trace.spans))
 
     def emit_not_judged(self, spans: Sequence[ReadableSpan], outcome: Outcome) -> None:
         """Emit a trace none of whose samples was judged: each retrieval span gets `ragtrace.eval.status`
         and `ragtrace.eval.error` (a sampled retrieval span always says what became of it)."""
-        self.emit_with_writes(spans, writes_for(self.not_judged(spans, outcome), self.options.reason_max_chars))
+        self.emit_evaluated(spans, self.not_judged(spans, outcome))
+
+    def emit_evaluated(self, spans: Sequence[ReadableSpan], evaluations: Mapping[int, Sequence[Evaluation]]) -> None:
+        """Enrich mode: emit each span once, the evaluated ones with their writes. Link mode: the spans
+        went on when they ended; emit the evaluations' own spans, linked to the evaluated ones."""
+        if self.options.enrich:
+            self.emit_with_writes(spans, writes_for(evaluations, self.options.reason_max_chars))
+            return
+        for span in spans:
+            target = span.context
+            if target is not None and (found := evaluations.get(target.span_id)):
+                self.link(target, span.resource, found)
+
+    def link(
+        self, target: SpanContext, resource: Resource, evaluations: Iterable[Evaluation], start_ns: int | None = None
+    ) -> None:
+        """Link mode: emit the `evaluation <scorer>` spans of `evaluations` of the span `target`."""
+        start = time.time_ns() if start_ns is None else start_ns
+        try:
+            spans = [
+                linked
+                for evaluation in evaluations
+                for linked in link_spans(target, evaluation, resource=resource,
+                                         start_time=start, reason_max_chars=self.options.reason_max_chars)
+            ]
+        except Exception:
+            logger.exception("ragtrace: building an evaluation span failed")
+            return
+        self.sink.emit(spans)
 
     def not_judged(self, spans: Iterable[ReadableSpan], outcome: Outcome) -> dict[int, list[Evaluation]]:
         """The `outcome` as an evaluation for each retrieval span of `spans`, by span id."""
@@ -171,9 +200,11 @@ class Pipeline:
         return targets
 
     def release(self, pending: PendingTrace) -> None:
-        """Release a trace taken out of the store, once: samples still waiting time out."""
+        """Release a trace taken out of the store, once: samples still waiting time out (in link mode
+        their spans are emitted then, and the trace holds no span)."""
         self._judging().time_out(pending)
-        self.emit_with_writes(pending.spans, writes_for(pending.evaluations, self.options.reason_max_chars))
+        if self.options.enrich:
+            self.emit_with_writes(pending.spans, writes_for(pending.evaluations, self.options.reason_max_chars))
 
     def emit(self, spans: Iterable[ReadableSpan]) -> None:
         self.sink.emit(spans)
@@ -214,12 +245,10 @@ class Pipeline:
         self.emit_refused()
         for trace in open_traces:
             if trace.overflowed:  # refused by the limits, and counted as queue_full then
-                if self.options.enrich:
-                    self.emit_not_judged(trace.spans, QUEUE_FULL)
+                self.emit_not_judged(trace.spans, QUEUE_FULL)
                 continue
             self.counts.add("timeout")
-            if self.options.enrich:
-                self.emit_not_judged(trace.spans, TIMED_OUT)
+            self.emit_not_judged(trace.spans, TIMED_OUT)
         for item in pending:
             self.release(item)
         self.counts.report(self.options.metrics)

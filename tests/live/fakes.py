@@ -292,5 +292,19 @@ class Rig:
                 status[span.context.span_id] = (attrs.get("ragtrace.eval.status"), attrs.get("ragtrace.eval.error"))
         return status
 
+    def linked_status(self) -> dict[int, set[tuple[str, object, object]]]:
+        """Link mode: (span name, ragtrace.eval.status, ragtrace.eval.error) of the evaluation spans linked
+        to each exported retrieval span, by the retrieval span's id."""
+        status: dict[int, set[tuple[str, object, object]]] = {}
+        for span in self.out.spans:
+            if span.name == "retrieve" and span.context is not None:
+                status.setdefault(span.context.span_id, set())
+        for span in self.out.spans:
+            if span.name.partition(" ")[0] == "evaluation" and span.links:
+                attrs = span.attributes or {}
+                status.setdefault(span.links[0].context.span_id, set()).add(
+                    (span.name, attrs.get("ragtrace.eval.status"), attrs.get("ragtrace.eval.error")))
+        return status
+
     def close(self) -> None:
         self.provider.shutdown()

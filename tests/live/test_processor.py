@@ -232,6 +232,39 @@ def test_link_mode_adds_evaluation_spans(rig: Callable[..., Rig]) -> None:
     assert (precision.attributes or {})["ragtrace.context_precision.score"] == 1.0
 
 
+def _linked(status: str, error: str | None, *, judged: bool = True) -> set[tuple[str, object, object]]:
+    if not judged:  # no scorer looked at it
+        return {("evaluation", status, error)}
+    return {(f"evaluation {name}", status, error) for name in ("context_precision", "context_relevance")}
+
+
+def test_link_mode_says_what_became_of_samples_that_were_not_judged(rig: Callable[..., Rig]) -> None:
+    """Every sampled retrieval span gets evaluation spans, also when nothing judged it."""
+    throttling = rig(mode="link", sampler=Sampler(rate=1.0, evaluations_per_minute=1))
+    scored, throttled = rag_trace(throttling.tracer), rag_trace(throttling.tracer)
+    assert wait_until(lambda: len(throttling.out.spans) == len(scored) + len(throttled) + 3)
+    assert throttling.linked_status() == {scored[1]: _linked("scored", None),
+                                          throttled[1]: _linked("skipped", "throttled", judged=False)}
+
+    r = rig(mode="link", max_held_spans=3, score_deadline=60.0)
+    overflowed = rag_trace(r.tracer)  # its fourth span does not fit: the trace loses its place
+    root = r.tracer.start_span("request")
+    late = r.tracer.start_span("retrieve", context=set_span_in_context(root))
+    late.set_attribute("gen_ai.operation.name", "retrieval")
+    late.set_attribute("gen_ai.retrieval.documents", documents(["good doc"]))
+    root.end()
+    late.end()  # after its root
+    assert wait_until(lambda: r.proc.held_spans == 0)  # both went on at a tick
+    hung = rag_trace(r.tracer, query="hang: q", plain=0)  # fits
+    assert r.proc.force_flush(300)
+    assert r.linked_status() == {
+        overflowed[1]: _linked("skipped", "queue_full", judged=False),
+        late.get_span_context().span_id: _linked("skipped", "late_span", judged=False),
+        hung[1]: _linked("timeout", "judge_timeout"),  # out for judging when the flush came
+    }
+    assert r.exported_once([s.context.span_id for s in r.out.spans])  # type: ignore[union-attr]
+
+
 def test_force_flush_forwards_open_traces_and_unfinished_scoring(rig: Callable[..., Rig]) -> None:
     r = rig(score_deadline=60.0, max_trace_wait=60.0)
     open_ids = rag_trace(r.tracer, end_root=False)  # root never ends
