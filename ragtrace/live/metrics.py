@@ -46,6 +46,9 @@ class _Cardinality:
 
     def bound(self, key: str, value: str) -> str:
         value = value[:_MAX_VALUE_LENGTH] if value else "unknown"
+        seen = self._seen.get(key)
+        if seen is not None and value in seen:  # the usual case needs no lock: a set of seen values only grows
+            return value
         with self._lock:
             seen = self._seen.setdefault(key, set())
             if value in seen:
@@ -130,28 +133,51 @@ class RagtraceMetrics:
         run with another scale still records its raw score, in the top bucket or above.
         """
         try:
-            if result.score is None:
+            self.record_score(result.name, result.score, result.label, result.skipped, retriever)
+        except Exception:
+            self._warn("score")
+
+    def record_score(
+        self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str
+    ) -> None:
+        """`score` in plain values. A scoring process's results are replayed through it (plain values cost
+        the app's process a tenth of what a result object does), so a subclass that watches scores hooks
+        here, not in `score`."""
+        try:
+            if score is None:
                 return
             attributes: dict[str, str] = {
-                "gen_ai.evaluation.name": self._cardinality.bound("gen_ai.evaluation.name", result.name),
+                "gen_ai.evaluation.name": self._cardinality.bound("gen_ai.evaluation.name", scorer),
                 "ragtrace.retriever": self._cardinality.bound("ragtrace.retriever", retriever),
             }
-            if result.label is not None:
-                attributes["ragtrace.label"] = result.label
-            self._score.record(result.score, attributes)
+            if label is not None:
+                attributes["ragtrace.label"] = label
+            self._score.record(score, attributes)
         except Exception:
             self._warn("score")
 
     def judge_call(self, usage: JudgeUsage, outcome: str, duration_s: float) -> None:
         """Record one judge call (or a fused call): its tokens, its cost when priced, and its duration."""
         try:
-            model = self._cardinality.bound("gen_ai.request.model", usage.model)
-            if usage.input_tokens > 0:
-                self._tokens.add(usage.input_tokens, {"type": "input", "gen_ai.request.model": model})
-            if usage.output_tokens > 0:
-                self._tokens.add(usage.output_tokens, {"type": "output", "gen_ai.request.model": model})
-            if usage.cost_usd is not None and usage.cost_usd >= 0:
-                self._cost.add(usage.cost_usd, {"gen_ai.request.model": model})
+            self.record_judge_call(
+                usage.model, usage.input_tokens, usage.output_tokens, usage.cost_usd, outcome, duration_s
+            )
+        except Exception:
+            self._warn("judge_call")
+
+    def record_judge_call(
+        self, model: str, input_tokens: int, output_tokens: int, cost_usd: float | None, outcome: str,
+        duration_s: float,
+    ) -> None:
+        """`judge_call` in plain values (see `record_score`)."""
+        try:
+            model = self._cardinality.bound("gen_ai.request.model", model)
+            if input_tokens > 0:
+                self._tokens.add(input_tokens, {"type": "input", "gen_ai.request.model": model})
+            if output_tokens > 0:
+                self._tokens.add(output_tokens, {"type": "output", "gen_ai.request.model": model})
+            if cost_usd is not None and cost_usd >= 0:
+                self._cost.add(cost_usd, {"gen_ai.request.model": model})
             self._duration.record(
                 max(0.0, duration_s),
                 {"gen_ai.request.model": model, "outcome": self._cardinality.bound("outcome", outcome)},

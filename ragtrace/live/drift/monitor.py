@@ -1,6 +1,6 @@
 """The drift monitor: a `DriftDetector` checked on an APScheduler schedule, reported through OpenTelemetry.
 
-Scores reach it through `DriftMetrics`, the `RagtraceMetrics` whose `score()` also feeds the monitor, so
+Scores reach it through `DriftMetrics`, the `RagtraceMetrics` whose `record_score()` also feeds the monitor, so
 the processor needs nothing of its own to be watched. The processor hands `metrics.score` every scored
 result and every result skipped for `no_context`: scores feed the drift series, and both feed the
 empty-retrieval rate, a gauge `ragtrace.retrieval.empty_rate` per retriever (share of the last `window`
@@ -97,11 +97,15 @@ class DriftMonitor:
 
     def feed(self, result: ScoreResult, retriever: str) -> None:
         """One scorer result: a score feeds drift; a score or a `no_context` skip feeds the empty rate."""
+        self.feed_value(result.name, result.score, result.skipped, retriever)
+
+    def feed_value(self, scorer: str, score: float | None, skipped: str | None, retriever: str) -> None:
+        """`feed` in plain values."""
         try:
-            if result.score is not None:
-                self.detector.observe(result.name, retriever, result.score)
+            if score is not None:
+                self.detector.observe(scorer, retriever, score)
                 self.detector.observe_retrieval(retriever, False)
-            elif result.skipped == "no_context":
+            elif skipped == "no_context":
                 self.detector.observe_retrieval(retriever, True)
         except Exception:
             self._warn("feed")
@@ -216,9 +220,11 @@ class DriftMetrics(RagtraceMetrics):
         super().__init__(meter_provider)
         self.monitor = monitor
 
-    def score(self, result: ScoreResult, retriever: str) -> None:
-        super().score(result, retriever)
-        self.monitor.feed(result, retriever)
+    def record_score(
+        self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str
+    ) -> None:
+        super().record_score(scorer, score, label, skipped, retriever)
+        self.monitor.feed_value(scorer, score, skipped, retriever)
 
     def shutdown(self) -> None:
         self.monitor.shutdown(wait=False)

@@ -54,13 +54,17 @@ class RecordedMetrics(RagtraceMetrics):
     def decision(self, decision: str, n: int = 1) -> None:
         pass  # decisions travel per trace (`TraceAnswer`), counted once by the app's process
 
+    # Plain values, replayed through the app's `record_*` methods: unpickling result objects there would
+    # cost the app's process ten times as much.
     def score(self, result: ScoreResult, retriever: str) -> None:
+        call = (result.name, result.score, result.label, result.skipped, retriever)
         with self._lock:
-            self._calls.append(("score", (result, retriever)))
+            self._calls.append(("record_score", call))
 
     def judge_call(self, usage: JudgeUsage, outcome: str, duration_s: float) -> None:
+        call = (usage.model, usage.input_tokens, usage.output_tokens, usage.cost_usd, outcome, duration_s)
         with self._lock:
-            self._calls.append(("judge_call", (usage, outcome, duration_s)))
+            self._calls.append(("record_judge_call", call))
 
     def observe(self, queue_depth: Callable[[], int], spans_held: Callable[[], int]) -> None:
         pass
