@@ -256,7 +256,7 @@ def test_link_mode_says_what_became_of_samples_that_were_not_judged(rig: Callabl
     late.end()  # after its root
     assert wait_until(lambda: r.proc.held_spans == 0)  # both went on at a tick
     hung = rag_trace(r.tracer, query="hang: q", plain=0)  # fits
-    assert r.proc.force_flush(300)
+    assert r.proc.force_flush(1000)
     assert r.linked_status() == {
         overflowed[1]: _linked("skipped", "queue_full", judged=False),
         late.get_span_context().span_id: _linked("skipped", "late_span", judged=False),
@@ -329,7 +329,7 @@ def test_open_trace_overflow_and_job_queue_overflow(rig: Callable[..., Rig]) -> 
         ids += open_rag_trace(r.tracer)[1][1:]  # the roots stay open
     assert r.proc.open_traces == 2
     assert r.proc.decisions.get("queue_full") == 1  # the third trace bypassed the store
-    r.proc.force_flush(300)
+    assert r.proc.force_flush(1000)
     # two traces closed at flush, but only one job fits the queue
     assert r.proc.decisions.get("queue_full") == 2
     assert r.exported_once(ids)
