@@ -211,9 +211,9 @@ class DriftMonitor:
 class DriftMetrics(RagtraceMetrics):
     """RagtraceMetrics that also feed a DriftMonitor: pass it as the processor's `metrics`.
 
-    The processor calls `metrics.score(result, retriever)` for every scored result and every result
-    skipped for `no_context`: the histogram records the scores (RagtraceMetrics.score passes over the
-    skips), the monitor feeds both to the detector.
+    The pipeline calls `metrics.score(result, retriever)` for every scored result and every result
+    skipped for `no_context` (a scoring process's are replayed through `record_score`, which `score`
+    calls too): the histogram records the scores (skips have none), the monitor feeds both to the detector.
     """
 
     def __init__(self, meter_provider: MeterProvider | None = None, *, monitor: DriftMonitor) -> None:
