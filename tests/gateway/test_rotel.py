@@ -19,6 +19,7 @@ import pytest
 from ragtrace.gateway import Gateway
 from tests.gateway.test_gateway import make_gateway, send_rag_traffic
 from tests.servers.otlp import OtlpReceiver
+from tests.servers.processes import stop
 
 
 def rotel_binary() -> Path:
@@ -92,12 +93,7 @@ def rotel(gateway: Gateway, tmp_path: Path) -> Iterator[Rotel]:
             raise RuntimeError(f"{exc}: {(tmp_path / 'rotel.out').read_text(errors='replace')[-2000:]}") from None
         yield Rotel(grpc_port, http_port, process)
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         log.close()
 
 

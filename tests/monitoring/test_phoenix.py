@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import ragtrace
 from ragtrace.demo.app import BM25Retriever, DemoApp, load_corpus, load_questions, stale_snapshot
+from tests.servers.processes import stop
 
 pytest.importorskip("phoenix", reason="arize-phoenix is in the test extra")
 websockets_sync = pytest.importorskip("websockets.sync.client", reason="websockets is in the test extra")
@@ -100,12 +101,7 @@ def phoenix(tmp_path: Path) -> Iterator[Phoenix]:
                 time.sleep(0.5)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, timeout=20)
 
 
 def run_app(otlp_traces_url: str) -> list[ReadableSpan]:
@@ -182,8 +178,7 @@ def browser(tmp_path: Path) -> Iterator[DevTools]:
         yield tools
         tools.socket.close()
     finally:
-        process.terminate()
-        process.wait(timeout=20)
+        stop(process, timeout=20)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.servers.processes import stop
+
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTOR = ROOT / "collector"
 ALERTS = COLLECTOR / "alerts.yml"
@@ -113,11 +115,7 @@ def app(tmp_path: Path) -> Any:
             time.sleep(0.05)
         yield int(port_file.read_text())
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process)
 
 
 def _scrape_names(port: int, want: set[str], timeout: float = 30.0) -> set[str]:
@@ -204,11 +202,7 @@ def test_low_scores_fire_the_failing_share_and_drift_alerts(app: int, tmp_path: 
         assert "RagtraceDriftDetected" in names, f"alerts: {alerts}"  # the drift gauge, through the same path
         assert "RagtraceQueueFull" not in names and "RagtraceJudgeErrors" not in names
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process)
         log.close()
 
 
