@@ -13,7 +13,8 @@ then mostly comparison and yes/no questions):
 - `rank_sensitivity.share`: items where ContextPrecision with gold paragraphs first beats gold last;
 - `monotone`: mean ContextPrecision with the gold paragraphs first, at ranks 4-5 and absent (the
   distractors only), the share of items where "absent" scores no higher than "ranks 4-5", and the share
-  where "absent" is labelled fail;
+  where "absent" is labelled fail. These two need distractors to rank against: the few items made of
+  their gold paragraphs alone are left out of them (`items_with_distractors` says how many remain);
 - `answer_verbatim`: of the contexts that hold the answer string (answers other than yes/no), the share
   judged useful, apart for answers that add words to the query and answers the query already names
   (comparisons: "Which is older, A or B?" -> "A"), and the AUC over the other contexts;
@@ -169,6 +170,7 @@ async def run(items: list[dict[str, Any]], claims_items: int, encoder: StoredEnc
                 "precision_degraded": degraded.results[0].score or 0.0,
                 "precision_absent": absent.score or 0.0,
                 "absent_fails": absent.label == "fail",
+                "has_distractors": bool(rest),
                 "verbatim": verbatim,
                 "answer_named_in_query": named_in_query,
             }
@@ -203,16 +205,17 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out["local"].update(
         binary([u for r in rows for u in r["useful"]], [y for r in rows for y in r["labels"]])
     )
-    wins = [r["precision_first"] > r["precision_last"] for r in rows]
-    out["rank_sensitivity"] = {"share": round(sum(wins) / len(wins), 4) if wins else None}
-    n = len(rows) or 1
-    not_above = sum(r["precision_absent"] <= r["precision_degraded"] for r in rows)
+    ranked = [r for r in rows if r["has_distractors"]]
+    n = len(ranked) or 1
+    wins = sum(r["precision_first"] > r["precision_last"] for r in ranked)
+    out["rank_sensitivity"] = {"share": round(wins / n, 4), "items_with_distractors": len(ranked)}
+    not_above = sum(r["precision_absent"] <= r["precision_degraded"] for r in ranked)
     out["monotone"] = {
-        "mean_precision_gold_first": mean([r["precision_first"] or 0.0 for r in rows]),
-        "mean_precision_gold_at_4_5": mean([r["precision_degraded"] for r in rows]),
-        "mean_precision_no_gold": mean([r["precision_absent"] for r in rows]),
+        "mean_precision_gold_first": mean([r["precision_first"] or 0.0 for r in ranked]),
+        "mean_precision_gold_at_4_5": mean([r["precision_degraded"] for r in ranked]),
+        "mean_precision_no_gold": mean([r["precision_absent"] for r in ranked]),
         "share_no_gold_not_above_4_5": round(not_above / n, 4),
-        "share_no_gold_labelled_fail": round(sum(r["absent_fails"] for r in rows) / n, 4),
+        "share_no_gold_labelled_fail": round(sum(r["absent_fails"] for r in ranked) / n, 4),
     }
     def stated(named: bool) -> list[bool]:
         return [
