@@ -12,7 +12,8 @@ Figures:
 - passthrough_unsampled: non-RAG traces at sample rate 0 (the cheap path: convert + forward).
 - passthrough_sampled_not_rag: non-RAG traces at sample rate 1 (each trace is held, closed, not_rag).
 - instant_judge: RAG traces at rate 1, a judge that answers at once: the gateway's own ceiling.
-- local_judge: RAG traces at rate 1 with `--judge local` (numpy MiniLM): what judging costs on this CPU.
+- local_judge: RAG traces at rate 1 with `--judge local` (MiniLM on onnxruntime): what judging costs on
+  this CPU.
 
     python bench/gateway_throughput.py            # prints JSON (a few minutes: the local judge is slow)
     python bench/gateway_throughput.py --quick    # smaller runs
