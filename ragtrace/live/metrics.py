@@ -15,6 +15,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from ragtrace._version import __version__
+from ragtrace.live.failures import FailureLog
 from ragtrace.scoring.result import JudgeUsage, ScoreResult
 
 __all__ = [
@@ -68,14 +69,14 @@ class RagtraceMetrics:
 
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
         self._cardinality = _Cardinality()
-        self._warned: set[str] = set()
+        self._failures = FailureLog(_logger, "ragtrace metrics", "metrics may be incomplete")
         self._queue_depth: Callable[[], int] | None = None
         self._spans_held: Callable[[], int] | None = None
         provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         try:
             self._create_instruments(provider)
         except Exception:  # a broken provider costs the metrics, not the host
-            self._warn("setup")
+            self._failures.failed("setup")
             self._create_instruments(metrics.NoOpMeterProvider())
 
     def _create_instruments(self, provider: MeterProvider) -> None:
@@ -124,7 +125,7 @@ class RagtraceMetrics:
         try:
             self._decisions.add(n, {"decision": self._cardinality.bound("decision", decision)})
         except Exception:
-            self._warn("decision")
+            self._failures.failed("decision")
 
     def score(self, result: ScoreResult, retriever: str) -> None:
         """Record a scored result's raw score; skipped and failed results (score None) are not recorded.
@@ -135,7 +136,7 @@ class RagtraceMetrics:
         try:
             self.record_score(result.name, result.score, result.label, result.skipped, retriever)
         except Exception:
-            self._warn("score")
+            self._failures.failed("score")
 
     def record_score(
         self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str
@@ -154,7 +155,7 @@ class RagtraceMetrics:
                 attributes["ragtrace.label"] = label
             self._score.record(score, attributes)
         except Exception:
-            self._warn("score")
+            self._failures.failed("score")
 
     def judge_call(self, usage: JudgeUsage, outcome: str, duration_s: float) -> None:
         """Record one judge call (or a fused call): its tokens, its cost when priced, and its duration."""
@@ -163,7 +164,7 @@ class RagtraceMetrics:
                 usage.model, usage.input_tokens, usage.output_tokens, usage.cost_usd, outcome, duration_s
             )
         except Exception:
-            self._warn("judge_call")
+            self._failures.failed("judge_call")
 
     def record_judge_call(
         self, model: str, input_tokens: int, output_tokens: int, cost_usd: float | None, outcome: str,
@@ -183,7 +184,7 @@ class RagtraceMetrics:
                 {"gen_ai.request.model": model, "outcome": self._cardinality.bound("outcome", outcome)},
             )
         except Exception:
-            self._warn("judge_call")
+            self._failures.failed("judge_call")
 
     def shutdown(self) -> None:
         """Called once by the processor's shutdown; subclasses with background work stop it here."""
@@ -207,13 +208,6 @@ class RagtraceMetrics:
         try:
             return [Observation(int(source()))]
         except Exception:
-            self._warn(what)
+            self._failures.failed(what)
             return []
 
-    def _warn(self, what: str) -> None:
-        """Log the first failure of each kind with its traceback; later ones only at debug level."""
-        if what in self._warned:
-            _logger.debug("ragtrace metrics: %s failed again", what, exc_info=True)
-            return
-        self._warned.add(what)
-        _logger.warning("ragtrace metrics: %s failed; metrics may be incomplete", what, exc_info=True)

@@ -22,6 +22,7 @@ from opentelemetry.trace import TracerProvider
 
 from ragtrace._version import __version__
 from ragtrace.live.drift.detector import DriftConfig, DriftDetector, DriftState, Key
+from ragtrace.live.failures import FailureLog
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.scoring.result import ScoreResult
 
@@ -62,13 +63,13 @@ class DriftMonitor:
         self._empty_rates: dict[str, float] = {}
         self._check_lock = threading.Lock()
         self._scheduler: Any = None
-        self._warned: set[str] = set()
+        self._failures = FailureLog(logger, "ragtrace drift", "drift detection may be incomplete")
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("ragtrace.drift")
         provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         try:
             self._create_instruments(provider)
         except Exception:
-            self._warn("setup")
+            self._failures.failed("setup")
 
     def _create_instruments(self, provider: MeterProvider) -> None:
         """No unit on the gauges: exporters append "_ratio" for unit "1" to gauges in some paths and not
@@ -108,7 +109,7 @@ class DriftMonitor:
             elif skipped == "no_context":
                 self.detector.observe_retrieval(retriever, True)
         except Exception:
-            self._warn("feed")
+            self._failures.failed("feed")
 
     # -- checking (scheduler thread) -----------------------------------------------------------------
 
@@ -120,7 +121,7 @@ class DriftMonitor:
                 self._states = states
                 self._empty_rates = self.detector.empty_rates()
             except Exception:
-                self._warn("check")
+                self._failures.failed("check")
                 return dict(self._states)
         for state in states.values():
             if state.changed:
@@ -147,13 +148,13 @@ class DriftMonitor:
                 state.by or "none", extra={"ragtrace_drift": attributes},
             )
         except Exception:
-            self._warn("log")
+            self._failures.failed("log")
         try:
             span = self._tracer.start_span("ragtrace.drift", context=Context(), attributes=attributes)
             span.add_event("ragtrace.drift", attributes)
             span.end()
         except Exception:
-            self._warn("span")
+            self._failures.failed("span")
 
     def start(self) -> DriftMonitor:
         """Run `check` every `interval` seconds on a daemon BackgroundScheduler (idempotent)."""
@@ -170,7 +171,7 @@ class DriftMonitor:
             scheduler.start()
             self._scheduler = scheduler
         except Exception:
-            self._warn("start")
+            self._failures.failed("start")
         return self
 
     def shutdown(self, wait: bool = True) -> None:
@@ -180,7 +181,7 @@ class DriftMonitor:
             try:
                 scheduler.shutdown(wait=wait)
             except Exception:
-                self._warn("shutdown")
+                self._failures.failed("shutdown")
         self.check()
 
     # -- gauge callbacks (metric reader's thread) ----------------------------------------------------
@@ -199,13 +200,6 @@ class DriftMonitor:
 
     def _observe_empty(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(rate, {"ragtrace.retriever": r}) for r, rate in list(self._empty_rates.items())]
-
-    def _warn(self, what: str) -> None:
-        if what in self._warned:
-            logger.debug("ragtrace drift: %s failed again", what, exc_info=True)
-            return
-        self._warned.add(what)
-        logger.warning("ragtrace drift: %s failed; drift detection may be incomplete", what, exc_info=True)
 
 
 class DriftMetrics(RagtraceMetrics):
