@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ragtrace import _checks as checks
 from ragtrace._sdk import stored_attributes
 from ragtrace.scoring import Document
 
@@ -35,9 +36,7 @@ class CaptureLimits:
     max_json_chars: int = 4_000_000
 
     def __post_init__(self) -> None:
-        for name, value in vars(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"CaptureLimits.{name} must be a non-negative int, got {value!r}")
+        checks.counts(self, *vars(self), minimum=0)
 
 
 DEFAULT_LIMITS = CaptureLimits()

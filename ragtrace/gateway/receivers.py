@@ -34,6 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from ragtrace import _checks as checks
 from ragtrace.gateway.security import ReceiverSecurity
 from ragtrace.offline.replay import parse_json_line
 
@@ -82,12 +83,8 @@ class ReceiverLimits:
     body_timeout: float = 60.0
 
     def __post_init__(self) -> None:
-        for name in ("max_request_bytes", "max_connections", "max_concurrent_requests"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("idle_timeout", "read_timeout", "body_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+        checks.counts(self, "max_request_bytes", "max_connections", "max_concurrent_requests")
+        checks.positive(self, "idle_timeout", "read_timeout", "body_timeout", unit=" seconds")
 
 
 class BadRequest(ValueError):

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ragtrace import _checks as checks
 from ragtrace.capture import Extractor
 from ragtrace.capture.explain import DecisionLog
 from ragtrace.judges.base import Judge
@@ -71,13 +72,8 @@ class ScoringOptions:
             raise ValueError("worker='process' writes scores in enrich mode only; use worker='thread' for link mode")
         if self.target not in ("retrieval", "generation", "root"):
             raise ValueError(f"target must be 'retrieval', 'generation' or 'root', got {self.target!r}")
-        for name in ("max_trace_wait", "score_deadline", "tick_interval"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
-        for name in ("max_queue", "max_held_spans", "max_open_traces", "concurrency", "reason_max_chars"):
-            count = getattr(self, name)
-            if not isinstance(count, int) or count < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {count!r}")
+        checks.positive(self, "max_trace_wait", "score_deadline", "tick_interval", unit=" seconds")
+        checks.counts(self, "max_queue", "max_held_spans", "max_open_traces", "concurrency", "reason_max_chars")
         scorers = tuple(self.scorers) if self.scorers is not None else tuple(default_scorers())
         object.__setattr__(self, "scorers", scorers)
         if self.sampler is None:

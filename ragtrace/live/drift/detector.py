@@ -32,6 +32,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ragtrace import _checks as checks
+
 __all__ = ["DriftConfig", "DriftDetector", "DriftState", "Key"]
 
 logger = logging.getLogger("ragtrace.drift")
@@ -67,15 +69,9 @@ class DriftConfig:
     max_series: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("baseline_size", "window", "min_recent", "max_pending", "max_series"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        for name in ("threshold", "cusum_h", "min_std"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("min_delta", "cusum_k"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        checks.counts(self, "baseline_size", "window", "min_recent", "max_pending", "max_series")
+        checks.positive(self, "threshold", "cusum_h", "min_std")
+        checks.non_negative(self, "min_delta", "cusum_k")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
