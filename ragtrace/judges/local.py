@@ -42,6 +42,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -86,12 +87,11 @@ class _Subject:
     named_in_query: bool  # the subject occurs in the query as one run of words
 
     @classmethod
-    def of(cls, opening: str, query_terms: Sequence[str]) -> _Subject:
-        """The subject of `opening`, a context's first sentence."""
+    def of(cls, opening: str, query_terms: Sequence[str], query_set: AbstractSet[str]) -> _Subject:
+        """The subject of `opening`, a context's first sentence; `query_set` is `query_terms` as a set."""
         words = _subject_terms(opening)
         if not words:
             return cls(0.0, False)
-        query_set = set(query_terms)
         share = sum(w in query_set for w in words) / len(words)
         return cls(share, lexical.contains_phrase(words, query_terms))
 
@@ -290,15 +290,14 @@ class LocalJudge(PerProcessState):
         response_sims = (context_v @ response_v).tolist() if contexts else []
         verdicts: list[ContextVerdict] = []
         for i in range(len(contexts)):
-            phrases_found = [lexical.contains_phrase(p, docs[i]) for p in phrases]
             opening = _opening_sentence(contexts[i])
             evidence = self._evidence(
                 float(similarities[i]),
                 lexical.coverage(query_terms, doc_sets[i], weights),
                 lexical.coverage(query_terms, set(lexical.content_tokens(opening)), weights),
-                _Subject.of(opening, query_terms),
+                _Subject.of(opening, query_terms, query_set),
                 lexical.coverage(reference_terms, doc_sets[i], weights) if reference_terms else 0.0,
-                any(phrases_found),
+                any(lexical.contains_phrase(p, docs[i]) for p in phrases),
                 basis,
             )
             used, used_why = self._used(
