@@ -19,6 +19,14 @@ def positive(owner: object, *names: str, unit: str = "") -> None:
             raise ValueError(f"{name} must be a number > 0{unit}, got {value!r}")
 
 
+def fractions(owner: object, *names: str) -> None:
+    """Each named field is a number in [0, 1] (NaN, a bool or a string is not)."""
+    for name in names:
+        value = getattr(owner, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+
+
 def non_negative(owner: object, *names: str) -> None:
     """Each named field is a number of at least 0 (NaN, a bool or a string is not)."""
     for name in names:

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from ragtrace._checks import fractions, positive
 from ragtrace.scoring import formulas, reasons
 from ragtrace.scoring.result import JudgeUsage, ScoreResult, SkipReason
 from ragtrace.scoring.sample import RagSample
@@ -18,16 +19,6 @@ from ragtrace.scoring.verdicts import LEVEL_WEIGHTS, Aspect, Verdicts
 
 Reference = Literal["auto", "ground_truth", "response"]
 _NO_USAGE = JudgeUsage()  # frozen: one shared instance for results that report no judge cost
-
-
-def _check_scale(scale: float) -> None:
-    if not isinstance(scale, int | float) or isinstance(scale, bool) or not scale > 0:
-        raise ValueError(f"scale must be a number > 0, got {scale!r}")
-
-
-def _check_fraction(name: str, value: float) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -41,8 +32,8 @@ class Scorer(ABC):
     threshold: float = 0.5
 
     def __post_init__(self) -> None:
-        _check_scale(self.scale)
-        _check_fraction("threshold", self.threshold)
+        positive(self, "scale")
+        fractions(self, "threshold")
 
     def skip_reason(self, sample: RagSample) -> SkipReason | None:
         """Why this scorer cannot apply to the sample, or None. Checked before any judge call."""
@@ -140,8 +131,7 @@ class ContextRelevance(Scorer):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for option in ("unused_high_penalty", "missing_per_item", "max_missing_penalty"):
-            _check_fraction(option, getattr(self, option))
+        fractions(self, "unused_high_penalty", "missing_per_item", "max_missing_penalty")
 
     def score(self, sample: RagSample, verdicts: Verdicts, usage: JudgeUsage | None = None) -> ScoreResult:
         levels = [v.level or "none" for v in verdicts.contexts]
