@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 
+def count(value: object, what: str, minimum: int = 1) -> int:
+    """`value` if it is an integer (a bool is not one) of at least `minimum`; `what` names it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
 def counts(owner: object, *names: str, minimum: int = 1) -> None:
-    """Each named field is an integer (a bool is not one) of at least `minimum`."""
+    """Each named field is an integer of at least `minimum`."""
     for name in names:
-        value = getattr(owner, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        count(getattr(owner, name), name, minimum)
 
 
 def positive(owner: object, *names: str, unit: str = "") -> None:
@@ -19,12 +24,17 @@ def positive(owner: object, *names: str, unit: str = "") -> None:
             raise ValueError(f"{name} must be a number > 0{unit}, got {value!r}")
 
 
+def fraction(value: object, what: str) -> float:
+    """`value` as a float if it is a number in [0, 1] (NaN, a bool or a string is not); `what` names it."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{what} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
 def fractions(owner: object, *names: str) -> None:
-    """Each named field is a number in [0, 1] (NaN, a bool or a string is not)."""
+    """Each named field is a number in [0, 1]."""
     for name in names:
-        value = getattr(owner, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+        fraction(getattr(owner, name), name)
 
 
 def non_negative(owner: object, *names: str) -> None:

@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
+from ragtrace.capture.explain import DecisionLog
 from ragtrace.capture.values import CaptureLimits
 from ragtrace.gateway.receivers import ReceiverLimits
 from ragtrace.live.drift import DriftConfig
+from ragtrace.live.sampling import SamplingRule, trace_sampled
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, "10", None])
@@ -18,6 +20,8 @@ def test_a_count_is_an_integer_of_at_least_its_minimum(bad: Any) -> None:
         DriftConfig(window=bad)
     with pytest.raises(ValueError, match=r"max_connections must be an integer >= 1"):
         ReceiverLimits(max_connections=bad)
+    with pytest.raises(ValueError, match=r"size must be an integer >= 1"):
+        DecisionLog(size=bad)
 
 
 @pytest.mark.parametrize("bad", [-1, 2.5, True, "10"])
@@ -40,3 +44,12 @@ def test_an_allowance_is_a_number_of_at_least_zero(bad: Any) -> None:
     assert DriftConfig(min_delta=0).min_delta == 0
     with pytest.raises(ValueError, match=r"min_delta must be a number >= 0"):
         DriftConfig(min_delta=bad)
+
+
+@pytest.mark.parametrize("bad", [-0.01, 1.5, math.nan, True, "0.5", None])
+def test_a_rate_is_a_number_in_zero_to_one(bad: Any) -> None:
+    assert SamplingRule(rate=0).rate == 0 and SamplingRule(rate=1).rate == 1
+    with pytest.raises(ValueError, match=r"SamplingRule.rate must be a number in \[0, 1\]"):
+        SamplingRule(rate=bad)
+    with pytest.raises(ValueError, match=r"rate must be a number in \[0, 1\]"):
+        trace_sampled(1, bad)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace import _checks as checks
 from ragtrace.capture.pairing import report_traces
 from ragtrace.capture.types import SpanVerdict, TraceReport
 from ragtrace.capture.values import DEFAULT_LIMITS, CaptureLimits
@@ -132,9 +133,7 @@ class DecisionLog:
     """
 
     def __init__(self, size: int = 20, *, limits: CaptureLimits = DEFAULT_LIMITS) -> None:
-        if not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be an integer >= 1, got {size!r}")
-        self._traces: deque[tuple[ReadableSpan, ...]] = deque(maxlen=size)
+        self._traces: deque[tuple[ReadableSpan, ...]] = deque(maxlen=checks.count(size, "size"))
         self._lock = threading.Lock()
         self._limits = limits
 

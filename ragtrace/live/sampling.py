@@ -23,6 +23,7 @@ from typing import Literal
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
+from ragtrace._checks import fraction
 from ragtrace.judges.limits import DailyBudget, RateLimiter
 from ragtrace.scoring.result import JudgeUsage
 
@@ -36,20 +37,13 @@ AttributeValue = str | int | float | bool
 TRACE_ID_MASK = TraceIdRatioBased.TRACE_ID_LIMIT
 
 
-def _check_rate(rate: float, what: str) -> float:
-    """A rate is a probability; anything else (including NaN and bools) is a configuration error."""
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or math.isnan(rate) or not 0.0 <= rate <= 1.0:
-        raise ValueError(f"{what} must be a number in [0, 1], got {rate!r}")
-    return float(rate)
-
-
 def _bound(rate: float) -> int:
     return TraceIdRatioBased.get_bound_for_rate(rate)
 
 
 def trace_sampled(trace_id: int, rate: float) -> bool:
     """The decision OTel's TraceIdRatioBased(rate) makes for this trace id: same everywhere, nested by rate."""
-    return (trace_id & TRACE_ID_MASK) < _bound(_check_rate(rate, "rate"))
+    return (trace_id & TRACE_ID_MASK) < _bound(fraction(rate, "rate"))
 
 
 def _attribute_equal(actual: object, expected: AttributeValue) -> bool:
@@ -73,7 +67,7 @@ class SamplingRule:
     service_name: str | None = None
 
     def __post_init__(self) -> None:
-        _check_rate(self.rate, "SamplingRule.rate")
+        fraction(self.rate, "SamplingRule.rate")
 
     def matches(self, span: ReadableSpan) -> bool:
         """Never raises: a span this rule cannot read does not match it."""
@@ -121,9 +115,9 @@ class Sampler:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime] = _utc_now,
     ) -> None:
-        self.rate = _check_rate(rate, "rate")
+        self.rate = fraction(rate, "rate")
         self.scorer_rates: dict[str, float] = {
-            name: _check_rate(r, f"scorer_rates[{name!r}]") for name, r in (scorer_rates or {}).items()
+            name: fraction(r, f"scorer_rates[{name!r}]") for name, r in (scorer_rates or {}).items()
         }
         self.rules: tuple[SamplingRule, ...] = tuple(rules)
         for rule in self.rules:
