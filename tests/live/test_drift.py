@@ -60,6 +60,32 @@ def test_a_drop_is_detected_and_its_end_too() -> None:
     assert not state.detected and state.changed  # back to the baseline: drift ended
 
 
+def test_a_streak_of_perfect_scores_is_not_drift() -> None:
+    # Scores are bounded and skewed: mostly 1.0, sometimes far lower. A window that happens to hold only
+    # perfect scores has no spread of its own; judged by the baseline's spread, its mean is ordinary.
+    baseline = ([1.0] * 4 + [0.2]) * 60  # mean 0.84, sd 0.32
+    detector = DriftDetector(DriftConfig(baseline_size=300, window=100))
+    _feed(detector, baseline)
+    detector.check()
+    _feed(detector, [1.0] * 100)
+    state = detector.check()[("cp", "r")]
+    assert state.delta > 0.15 and not state.detected, state
+
+
+def test_a_few_extreme_scores_are_not_drift_but_a_shift_is() -> None:
+    # One score of 0 against a baseline of 0.8-1.0 is 9 standard deviations: each counts as at most
+    # cusum_clip, so five in a row stay under h, while a lasting fall still adds up.
+    detector = DriftDetector(DriftConfig(baseline_size=300, window=100))
+    _feed(detector, [0.8, 1.0] * 150)  # mean 0.9, sd 0.1
+    detector.check()
+    _feed(detector, [0.9] * 95 + [0.0] * 5)
+    state = detector.check()[("cp", "r")]
+    assert not state.detected and state.cusum_down == pytest.approx(5 * (3.0 - 0.5)), state
+    _feed(detector, [0.6] * 20)
+    state = detector.check()[("cp", "r")]
+    assert state.detected and "cusum" in state.by and state.delta < 0, state
+
+
 def test_reset_learns_a_new_baseline() -> None:
     rng = random.Random(3)
     detector = DriftDetector(SMALL)
@@ -109,6 +135,8 @@ def test_config_is_validated() -> None:
         DriftConfig(window=0)
     with pytest.raises(ValueError, match="threshold"):
         DriftConfig(threshold=0)
+    with pytest.raises(ValueError, match="cusum_clip"):
+        DriftConfig(cusum_clip=0)
     with pytest.raises(ValueError, match="interval"):
         DriftMonitor(interval=0)
 
