@@ -17,7 +17,10 @@ benchmark `bench/local_judge_quality.py`):
   retrieved: a list of distractors gets no useful context because one of them is the least bad. A
   context that states the reference (every word it adds to the query, one answer phrase verbatim: for
   "The answer is X.", the context says X) is useful once it bears on the question at all: it can
-  produce the answer, which is the question asked.
+  produce the answer, which is the question asked. The second hop of a bridge question shares no word
+  with the question; it is useful, with the passage that leads to it, when a context that bears on the
+  question names its subject ("Kiss and Tell ... starring Shirley Temple" -> "Shirley Temple Black ...
+  Chief of Protocol").
   When the reference adds no content word of its own (a "yes" or "no", an answer already named in the
   query) the query is judged with weights of its own, fitted on such questions: they are about the
   entities they name. With no reference at all, the same features are weighted as fitted on every kind
@@ -83,7 +86,8 @@ class _Subject:
     that only mentions it ("... a tribute band to Ian Brown") is about something else.
     """
 
-    share_in_query: float  # the subject's content words found in the query
+    words: tuple[str, ...]  # its content words, in order
+    share_in_query: float  # of those, the share found in the query
     named_in_query: bool  # the subject occurs in the query as one run of words
 
     @classmethod
@@ -91,9 +95,16 @@ class _Subject:
         """The subject of `opening`, a context's first sentence; `query_set` is `query_terms` as a set."""
         words = _subject_terms(opening)
         if not words:
-            return cls(0.0, False)
+            return cls((), 0.0, False)
         share = sum(w in query_set for w in words) / len(words)
-        return cls(share, lexical.contains_phrase(words, query_terms))
+        return cls(tuple(words), share, lexical.contains_phrase(words, query_terms))
+
+    def named_in(self, terms: AbstractSet[str], given: AbstractSet[str]) -> bool:
+        """Whether a text with these content words names this subject by what is not `given` (the query
+        and the answer): most of the subject's other words, so "Shirley Temple" names "Shirley Temple
+        Black", while a subject made of the answer's words is named by no other text."""
+        new = [w for w in self.words if w not in given]
+        return bool(new) and sum(w in terms for w in new) > len(new) / 2
 
 
 class _EmbeddingCache:
@@ -165,9 +176,10 @@ class LocalJudge(PerProcessState):
     QUERY_ONLY_WEIGHTS = (3.201, 3.613, 2.621, 2.096)
     QUERY_ONLY_BIAS = -5.072
     USEFUL_THRESHOLD = 0.5
-    # A context that states the reference's answer is useful once it bears on the question at all; one
-    # that holds the answer's words in passing, on another subject ("Fairfax County" in a page on a
-    # nature preserve, for a question on a shopping mall), could not have produced the answer.
+    # A context that states the reference's answer is useful once it bears on the question at all, or
+    # once a context that does leads to it; one that holds the answer's words in passing, on another
+    # subject ("Fairfax County" in a page on a nature preserve, for a question on a shopping mall),
+    # could not have produced the answer.
     STATED_THRESHOLD = 0.2
     HIGH_THRESHOLD = 0.75
     LOW_THRESHOLD = 0.25
@@ -178,7 +190,7 @@ class LocalJudge(PerProcessState):
     model: str = "local/all-MiniLM-L6-v2"
     # Exported with every score (ragtrace.judge.prompt_version) so a dashboard can tell score series of
     # different rules apart: changed with the rule or weights. Caches key on fingerprint(), not on it.
-    prompt_version: str = "local-v2"
+    prompt_version: str = "local-v3"
     fused: bool = True
     cache_size: int = 4096
     encoder: Encoder | None = None
@@ -288,10 +300,8 @@ class LocalJudge(PerProcessState):
         floor = self.USEFUL_THRESHOLD
         similarities = (context_v @ (anchor_v if basis == "reference" else query_v)).tolist() if contexts else []
         response_sims = (context_v @ response_v).tolist() if contexts else []
-        verdicts: list[ContextVerdict] = []
-        for i in range(len(contexts)):
-            opening = _opening_sentence(contexts[i])
-            evidence = self._evidence(
+        evidence = [
+            self._evidence(
                 float(similarities[i]),
                 lexical.coverage(query_terms, doc_sets[i], weights),
                 lexical.coverage(query_terms, set(lexical.content_tokens(opening)), weights),
@@ -300,21 +310,27 @@ class LocalJudge(PerProcessState):
                 any(lexical.contains_phrase(p, docs[i]) for p in phrases),
                 basis,
             )
+            for i, opening in enumerate(_opening_sentence(c) for c in contexts)
+        ]
+        # Stating the reference: every word it adds to the query, not scattered (one of its answer
+        # phrases verbatim: "The answer is X" and the context says X).
+        states = [
+            bool(reference_terms) and e.reference_coverage >= 1.0 - 1e-9 and (e.answer_found or not phrases)
+            for e in evidence
+        ]
+        hops = self._bridges(evidence, states, doc_sets, query_set.union(reference_terms))
+        verdicts: list[ContextVerdict] = []
+        for i, e in enumerate(evidence):
             used, used_why = self._used(
                 response,
                 lexical.coverage(response_terms, doc_sets[i], weights) if response_terms else 0.0,
                 any(lexical.contains_phrase(p, docs[i]) for p in response_phrases),
                 float(response_sims[i]),
             )
-            # Stating the reference (every word it adds to the query, not scattered: one of its answer
-            # phrases verbatim, "The answer is X" and the context says X) is what "useful for producing
-            # the answer" means, once the context bears on the question at all.
-            states_reference = (
-                evidence.reference_coverage >= 1.0 - 1e-9
-                and (evidence.answer_found or not phrases)
-                and evidence.confidence >= self.STATED_THRESHOLD
-            )
-            confidence = max(evidence.confidence, floor) if states_reference else evidence.confidence
+            # Stating the reference is what "useful for producing the answer" means, once the context
+            # bears on the question at all, or once a context that bears on it leads to this one.
+            stated = states[i] and e.confidence >= self.STATED_THRESHOLD
+            confidence = max(e.confidence, floor) if stated or i in hops else e.confidence
             verdicts.append(
                 ContextVerdict(
                     index=i,
@@ -322,7 +338,7 @@ class LocalJudge(PerProcessState):
                     level=self._level(confidence, floor),
                     used=used,
                     confidence=round(min(max(confidence, 0.0), 1.0), 4),
-                    reason=_reason(evidence, basis, used_why),
+                    reason=_reason(e, basis, used_why, hops.get(i)),
                 )
             )
 
@@ -358,6 +374,32 @@ class LocalJudge(PerProcessState):
             )
         z = bias + sum(w * x for w, x in zip(weights, features, strict=True))
         return _Evidence(similarity, query_cov, lead_cov, subject, reference_cov, answer_found, _sigmoid(z))
+
+    def _bridges(
+        self,
+        evidence: Sequence[_Evidence],
+        states: Sequence[bool],
+        doc_sets: Sequence[AbstractSet[str]],
+        given: AbstractSet[str],
+    ) -> dict[int, str]:
+        """The two hops of a bridge question, each with what its verdict quotes.
+
+        "What position was held by the woman who played Corliss Archer in Kiss and Tell?": the passage on
+        the film bears on the question and names Shirley Temple; the passage on Shirley Temple Black states
+        the answer and shares no word with the question. Each is useful for the answer only through the
+        other, so a pair counts when one context states the reference and another that bears on the
+        question (`STATED_THRESHOLD`) without stating it names its subject.
+        """
+        hops: dict[int, str] = {}
+        leads = [j for j, e in enumerate(evidence) if not states[j] and e.confidence >= self.STATED_THRESHOLD]
+        for i, answer in enumerate(evidence):
+            if not states[i]:
+                continue
+            for j in leads:
+                if answer.subject.named_in(doc_sets[j], given):
+                    hops.setdefault(i, f"states the answer; context {j} leads here")
+                    hops.setdefault(j, f"leads to context {i}, which states the answer")
+        return hops
 
     def _level(self, confidence: float, floor: float) -> RelevanceLevel:
         if confidence >= max(self.HIGH_THRESHOLD, floor):
@@ -455,7 +497,7 @@ def _subject_terms(opening: str) -> list[str]:
     return lexical.content_tokens(opening[: end.start()] if end else opening)
 
 
-def _reason(evidence: _Evidence, basis: _Basis, used_why: str) -> str:
+def _reason(evidence: _Evidence, basis: _Basis, used_why: str, hop: str | None) -> str:
     has_reference = basis == "reference"
     anchor = "query+reference" if has_reference else "query"
     parts = [
@@ -470,5 +512,7 @@ def _reason(evidence: _Evidence, basis: _Basis, used_why: str) -> str:
         parts.append(f"{evidence.reference_coverage:.0%} of reference terms")
         if evidence.answer_found:
             parts.append("answer string found")
+    if hop:
+        parts.append(hop)
     parts.append(used_why)
     return "; ".join(parts)
