@@ -56,9 +56,10 @@ class DriftConfig:
     threshold: |t| (standard errors of the baseline) at which the window mean differs. min_delta: and
         by at least this much.
     cusum_k / cusum_h / cusum_clip: CUSUM allowance, decision threshold and the clip of each
-        standardized score, in baseline standard deviations. Set for about one false alarm per million
-        stable samples of the local judge's context precision on HotpotQA, while a full degradation is
-        still flagged within 10-30 samples (bench/drift_hotpotqa.py --seeds 120 measures both).
+        standardized score, in baseline standard deviations. Set so that stable samples of the local
+        judge's context precision on HotpotQA raise under one false alarm per million (1 in 2,520,000),
+        while a full degradation is still flagged within 10-40 samples (bench/drift_hotpotqa.py
+        --seeds 120 measures both).
     min_std: floor of the baseline standard deviation (a constant baseline would make any change infinite).
     max_pending: scores buffered between checks, per detector; older ones are dropped (counted).
     max_series: (scorer, retriever) series tracked; scores of further series are ignored (counted).
