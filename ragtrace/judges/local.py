@@ -397,8 +397,9 @@ class LocalJudge(PerProcessState):
                 continue
             for j in leads:
                 if answer.subject.named_in(doc_sets[j], given):
-                    hops.setdefault(i, f"states the answer; context {j} leads here")
-                    hops.setdefault(j, f"leads to context {i}, which states the answer")
+                    # Ranks are 1-based, as in every other reason a user reads next to the ranked list.
+                    hops.setdefault(i, f"states the answer; the context at rank {j + 1} leads here")
+                    hops.setdefault(j, f"leads to the context at rank {i + 1}, which states the answer")
         return hops
 
     def _level(self, confidence: float, floor: float) -> RelevanceLevel:

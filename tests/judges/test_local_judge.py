@@ -145,8 +145,8 @@ def test_the_second_hop_of_a_bridge_is_useful_through_the_first(judge: LocalJudg
     other = "Angier Biddle Duke (1915 - 1995) was an American diplomat who served as Chief of Protocol under Kennedy."
     sample = RagSample(query=query, contexts=[film, actress, other], response="The answer is Chief of Protocol.")
     v = _judge(judge, sample, frozenset({Aspect.USEFULNESS})).verdicts.contexts
-    assert v[0].useful and "leads to context 1" in v[0].reason
-    assert v[1].useful and "context 0 leads here" in v[1].reason
+    assert v[0].useful and "leads to the context at rank 2" in v[0].reason
+    assert v[1].useful and "the context at rank 1 leads here" in v[1].reason
     assert not v[2].useful
     alone = _judge(judge, _with(sample, contexts=[actress, other]), frozenset({Aspect.USEFULNESS})).verdicts.contexts
     assert not alone[0].useful and (alone[0].confidence or 0.0) < judge.STATED_THRESHOLD
