@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +58,7 @@ class _Node:
     start: int | None
     end: int | None
     role: str | None = None
+    convention: str | None = None
     shape: str = ""
     order: int = 0
 
@@ -159,15 +160,20 @@ class _Trace:
             if g.start is not None and g.start >= ended and g.span_id != retrieval.span_id
         ]
 
-    def distance(self, retrieval: _Node, generation: _Node) -> float:
-        """How far up from the retrieval the nearest common ancestor is (0: the generation is below it)."""
+    def distance_from(self, retrieval: _Node) -> Callable[[_Node], float]:
+        """How far up from the retrieval its nearest common ancestor with a generation is (0: the
+        generation is below it); the retrieval's ancestors are walked once for all candidates."""
         mine = {span_id: up for up, span_id in enumerate(self.ancestors(retrieval), start=1)}
-        for span_id in [generation.span_id, *self.ancestors(generation)]:
-            if span_id == retrieval.span_id:
-                return 0
-            if span_id in mine:
-                return mine[span_id]
-        return math.inf
+
+        def distance(generation: _Node) -> float:
+            for span_id in [generation.span_id, *self.ancestors(generation)]:
+                if span_id == retrieval.span_id:
+                    return 0
+                if span_id in mine:
+                    return mine[span_id]
+            return math.inf
+
+        return distance
 
     def input_text(self, node: _Node, notes: set[str]) -> str:
         """A generation's whole input as one whitespace-normalised text, read once."""
@@ -189,6 +195,7 @@ class _Trace:
         probes = [_probe(d.content) for d in reading.documents]
         probes = [p for p in probes if len(p) >= MIN_EVIDENCE_CHARS]
         query = _probe(reading.query or "")
+        distance = self.distance_from(retrieval)
         best: tuple[tuple[float, bool, bool, float, float], _Node] | None = None
         for g in candidates:
             text = self.input_text(g, notes)
@@ -199,7 +206,7 @@ class _Trace:
             if not quoted and not asked:
                 continue
             key = (quoted / len(probes) if probes else 0.0, asked, g.span_id not in self.claimed,
-                   -self.distance(retrieval, g), -float(g.sort_key[0]))
+                   -distance(g), -float(g.sort_key[0]))
             if best is None or key > best[0]:
                 best = (key, g)
         if best is not None:
@@ -209,7 +216,7 @@ class _Trace:
                 quoted = round(share * len(probes))
                 return chosen, "contexts", f"its input quotes {quoted} of {len(probes)} retrieved texts"
             return chosen, "query", "its input quotes the retrieval's query"
-        chosen = min(candidates, key=lambda g: (self.distance(retrieval, g), g.sort_key))
+        chosen = min(candidates, key=lambda g: (distance(g), g.sort_key))
         self.claimed.add(chosen.span_id)
         return chosen, "time", "no generation's input quotes the retrieved texts or the query: the first after it"
 
@@ -284,7 +291,7 @@ def _group(spans: Sequence[ReadableSpan], stats: CaptureStats) -> dict[int, list
             found = None
             stats.count("reader_error")
         if found is not None:
-            node.role, _, node.shape = found
+            node.role, node.convention, node.shape = found
         traces.setdefault(node.trace_id, []).append(node)
     return traces
 
@@ -428,13 +435,6 @@ def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> 
     verdicts = []
     for node in sorted(trace.nodes, key=lambda n: n.sort_key):
         said = trace.verdicts.get(node.span_id)
-        convention: str | None = None
-        if node.role is not None:
-            try:
-                found = readers.classify(node.span)
-                convention = found[1] if found is not None else None
-            except Exception:
-                convention = None
         if said is None:
             if node.span_id in sampled:
                 said = f"sample {sampled[node.span_id]}"
@@ -447,7 +447,9 @@ def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> 
                 said = "passed over"
             else:
                 said = readers.describe_unclassified(node.span) or "not a retrieval or a generation"
-        verdicts.append(SpanVerdict(node.span_id, node.parent_id, node.span.name or "", node.role, convention, said))
+        verdicts.append(
+            SpanVerdict(node.span_id, node.parent_id, node.span.name or "", node.role, node.convention, said)
+        )
     return verdicts
 
 
