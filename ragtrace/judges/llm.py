@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from opentelemetry import context as otel_context
 from pydantic import ValidationError
 
+from ragtrace._checks import count
 from ragtrace._state import PerProcessState, fresh_lock
 from ragtrace._untraced import suppress_tracing
 from ragtrace.judges.base import (
@@ -251,17 +252,15 @@ class LLMJudge(PerProcessState):
         backoff_base: float = 0.5,
         **litellm_kwargs: Any,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency!r}")
+        count(concurrency, "concurrency")
+        count(reason_chars, "reason_chars")
         if timeout <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
         for name, value in (
             ("max_tokens", max_tokens), ("contexts_per_call", contexts_per_call), ("context_window", context_window)
         ):
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 (or None), got {value!r}")
-        if reason_chars < 1:
-            raise ValueError(f"reason_chars must be >= 1, got {reason_chars!r}")
+            if value is not None:
+                count(value, f"{name} (or None)")
         self.model = model
         self.fused = fused
         self.prompt_version = FUSED_VERSION if fused else PER_ASPECT_VERSION
@@ -434,8 +433,7 @@ class LLMJudge(PerProcessState):
         if self._window is None:
             return True
         prompt = self._prompt(request, part, self.mode, version)
-        text = "\n".join(m["content"] for m in prompt.messages)
-        return self._count(text) + self._output_budget(request, part) <= self._window
+        return self._count(_text(prompt.messages)) + self._output_budget(request, part) <= self._window
 
     def _chunk_size(self, request: JudgeRequest, part: Part, version: str) -> int:
         size = len(part.indices)
@@ -661,7 +659,7 @@ class LLMJudge(PerProcessState):
         input_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         output_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         if not input_tokens:  # servers that stream without usage (llama-cpp-python): our own count
-            input_tokens = self._count("\n".join(m["content"] for m in kwargs["messages"]))
+            input_tokens = self._count(_text(kwargs["messages"]))
             output_tokens = self._count(content) if content else 0
         cost = _priced(litellm, self.model, input_tokens, output_tokens)
         return _Answer(content, finish, input_tokens, output_tokens, cost)
@@ -715,12 +713,17 @@ def _assemble(collected: Reading, aspects: frozenset[Aspect], n_contexts: int) -
     return check_verdicts(verdicts, n_contexts, aspects)
 
 
-def _spent_tokens(answer: _Answer, messages: list[dict[str, str]], count: TokenCounter) -> int:
+def _spent_tokens(answer: _Answer, messages: list[dict[str, str]], counter: TokenCounter) -> int:
     """Tokens a call cost, for the budget: the provider's count, or our own when it reports none."""
     spent = answer.input_tokens + answer.output_tokens
     if spent:
         return spent
-    return count("\n".join(m["content"] for m in messages)) + count(answer.content)
+    return counter(_text(messages)) + counter(answer.content)
+
+
+def _text(messages: list[dict[str, str]]) -> str:
+    """A conversation's text, as it is counted for a context window or a budget."""
+    return "\n".join(m["content"] for m in messages)
 
 
 def _rejects_format(exc: BaseException, status: int | None) -> bool:
