@@ -1,4 +1,4 @@
-"""`ragtrace eval DATA`: score a dataset (JSONL or CSV) and gate CI on thresholds (exit codes: pipeline.py)."""
+"""`ragtrace eval DATA`: score a dataset file and gate CI on thresholds (exit codes: pipeline.py)."""
 
 from __future__ import annotations
 
@@ -8,24 +8,27 @@ from typing import Any
 from ragtrace.cli.options import UsageError, add_run_options
 from ragtrace.cli.pipeline import score_items
 from ragtrace.cli.records import EvalItem
-from ragtrace.offline.dataset import FieldMap, load_dataset
+from ragtrace.offline.dataset import FORMATS, KNOWN_NAMES, FieldMap, load_dataset
 
 
 def add_parser(subcommands: Any) -> argparse.ArgumentParser:
     """Add `eval` to the `ragtrace` command's subcommands."""
     parser: argparse.ArgumentParser = subcommands.add_parser(
         "eval",
-        help="score a dataset (JSONL or CSV) and gate CI on thresholds",
+        help="score a dataset (JSON Lines, JSON, CSV or TSV) and gate CI on thresholds",
         description="Score a dataset of RAG samples. Exit 0 when every --min holds, 1 when one fails, 2 on bad input.",
     )
-    parser.add_argument("data", help="JSONL (one object per line) or CSV (contexts as a JSON list) of samples")
-    fields = parser.add_argument_group("field mapping")
-    fields.add_argument("--query-field", help="default: 'query', else 'question'")
-    fields.add_argument("--contexts-field", default="contexts")
-    fields.add_argument("--response-field", default="response")
-    fields.add_argument("--ground-truth-field", default="ground_truth")
-    fields.add_argument("--id-field", default="id")
-    fields.add_argument("--format", choices=("auto", "jsonl", "csv"), default="auto", help="default: by extension")
+    parser.add_argument(
+        "data", help="JSON Lines, a JSON array (.json), CSV or TSV (contexts as a JSON list in its cell) of samples"
+    )
+    fields = parser.add_argument_group(
+        "field mapping", "each column is found by its first known name unless mapped: " + "; ".join(
+            f"{field}: {', '.join(repr(name) for name in names)}" for field, names in KNOWN_NAMES.items()
+        )
+    )
+    for field in KNOWN_NAMES:
+        fields.add_argument("--" + field.replace("_", "-") + "-field", metavar="NAME")
+    fields.add_argument("--format", choices=("auto", *FORMATS), default="auto", help="default: by extension")
     add_run_options(parser)
     parser.set_defaults(func=run)
     return parser

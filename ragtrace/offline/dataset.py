@@ -1,7 +1,11 @@
-"""Load a dataset of samples from JSONL or CSV, with field mapping and errors that name file, line and field.
+"""Load a dataset of samples from JSON Lines, a JSON array, CSV or TSV, with errors that name file, line and field.
 
 A CI job that fails on a bad row should say exactly which row and why, before any judge call is paid for.
 Lines are read with a size limit so that a corrupt multi-gigabyte line cannot exhaust memory.
+Columns are found by name: ragtrace's own (`query`, `contexts`, `response`, `ground_truth`), else the names
+of the two common evaluation schemas (`question` / `answer`, `user_input` / `retrieved_contexts` /
+`reference`), so an exported dataset loads without a mapping and a row is never scored with its response
+silently missing.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,15 +35,44 @@ class DatasetError(ValueError):
         super().__init__(f"{where}: {what}")
 
 
+# Per field, the names looked for when no column is mapped, first match wins: ragtrace's own name, then
+# the 0.1 (`question`, `answer`) and 0.2 (`user_input`, `retrieved_contexts`, `reference`) ragas schemas.
+KNOWN_NAMES: dict[str, tuple[str, ...]] = {
+    "query": ("query", "question", "user_input"),
+    "contexts": ("contexts", "retrieved_contexts"),
+    "response": ("response", "answer"),
+    "ground_truth": ("ground_truth", "reference"),
+    "id": ("id",),
+}
+FORMATS = ("jsonl", "json", "csv", "tsv")
+
+
 @dataclass(frozen=True)
 class FieldMap:
-    """Which column holds what. `query=None` means `query`, falling back to `question`."""
+    """Which column holds what. A field left None is found by its known names (`KNOWN_NAMES`)."""
 
     query: str | None = None
-    contexts: str = "contexts"
-    response: str = "response"
-    ground_truth: str = "ground_truth"
-    id: str = "id"
+    contexts: str | None = None
+    response: str | None = None
+    ground_truth: str | None = None
+    id: str | None = None
+
+    def column(self, field: str, row: dict[str, Any]) -> str:
+        """The column that holds `field` in this row: the mapped one, else the first known name present."""
+        mapped: str | None = getattr(self, field)
+        if mapped is not None:
+            return mapped
+        names = KNOWN_NAMES[field]
+        return next((name for name in names if name in row), names[0])
+
+    def missing(self, field: str, column: str) -> str:
+        """The message for a required column that is not in the row."""
+        option = "--" + field.replace("_", "-") + "-field"
+        if getattr(self, field) is not None:
+            return f"missing field '{column}'"
+        others = KNOWN_NAMES[field][1:]
+        alternatives = " (or " + ", ".join(f"'{name}'" for name in others) + ")" if others else ""
+        return f"missing field '{column}'{alternatives}; map another with {option}"
 
 
 @dataclass(frozen=True)
@@ -82,39 +115,41 @@ def row_to_sample(
 
         return raise_
 
-    query_field = fields.query or ("query" if "query" in row or "question" not in row else "question")
+    query_field = fields.column("query", row)
     if query_field not in row:
-        hint = "" if fields.query else " (or 'question')"
-        raise DatasetError(path, f"missing field '{query_field}'{hint}; map another with --query-field", line)
+        raise DatasetError(path, fields.missing("query", query_field), line)
     query = row[query_field]
     if not isinstance(query, str):
         fail(query_field)(f"expected a string, got {type(query).__name__}")
     if not query.strip():
         fail(query_field)("is empty")
-    if fields.contexts not in row:
-        raise DatasetError(path, f"missing field '{fields.contexts}'; map another with --contexts-field", line)
-    raw_contexts = row[fields.contexts]
+    contexts_field = fields.column("contexts", row)
+    if contexts_field not in row:
+        raise DatasetError(path, fields.missing("contexts", contexts_field), line)
+    raw_contexts = row[contexts_field]
     if csv_row and isinstance(raw_contexts, str):
         try:
             raw_contexts = json.loads(raw_contexts) if raw_contexts.strip() else []
         except json.JSONDecodeError as exc:
-            fail(fields.contexts)(f"expected a JSON list in the CSV cell ({exc.msg} at column {exc.colno})")
-    contexts = _contexts(raw_contexts, fail(fields.contexts))
+            fail(contexts_field)(f"expected a JSON list in the CSV cell ({exc.msg} at column {exc.colno})")
+    contexts = _contexts(raw_contexts, fail(contexts_field))
     texts: dict[str, str | None] = {}
-    for name in (fields.response, fields.ground_truth):
+    for field in ("response", "ground_truth"):
+        name = fields.column(field, row)
         value = row.get(name)
         if value is not None and not isinstance(value, str):
             fail(name)(f"expected a string or null, got {type(value).__name__}")
-        texts[name] = value
-    raw_id = row.get(fields.id)
+        texts[field] = value
+    id_field = fields.column("id", row)
+    raw_id = row.get(id_field)
     if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, str | int)):
-        fail(fields.id)(f"expected a string or integer, got {type(raw_id).__name__}")
+        fail(id_field)(f"expected a string or integer, got {type(raw_id).__name__}")
     item_id = str(raw_id) if raw_id not in (None, "") else None
     sample = RagSample(
         query=query,
         contexts=contexts,
-        response=texts[fields.response] or "",
-        ground_truth=texts[fields.ground_truth],
+        response=texts["response"] or "",
+        ground_truth=texts["ground_truth"],
         metadata={"id": item_id} if item_id is not None else {},
     )
     return item_id, sample
@@ -137,31 +172,89 @@ def read_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[int, str]]:
                 raise DatasetError(name, f"not UTF-8 text (byte {exc.start})", number) from None
 
 
-def _jsonl(path: Path, fields: FieldMap, max_line_bytes: int) -> list[DatasetRow]:
-    name = str(path)
+def _row(name: str, number: int, row: Any, fields: FieldMap, index: int, what: str) -> DatasetRow:
+    if not isinstance(row, dict):
+        raise DatasetError(name, f"expected a JSON object {what}, got {type(row).__name__}", number)
+    item_id, sample = row_to_sample(row, fields, name, number)
+    return DatasetRow(index=index, line=number, id=item_id, sample=sample)
+
+
+def _jsonl(name: str, lines: Iterable[tuple[int, str]], fields: FieldMap) -> list[DatasetRow]:
     rows: list[DatasetRow] = []
-    for number, text in read_lines(path, max_line_bytes):
+    for number, text in lines:
         if not text.strip():
             continue
         try:
             row = json.loads(text)
         except json.JSONDecodeError as exc:
-            hint = "; expected JSON Lines (one object per line), this looks like a JSON array" if (
+            hint = "; expected JSON Lines (one object per line), this looks like a JSON array (use --format json)" if (
                 not rows and text.lstrip().startswith("[")
             ) else ""
             raise DatasetError(name, f"not valid JSON ({exc.msg} at column {exc.colno}){hint}", number) from None
-        if not isinstance(row, dict):
-            raise DatasetError(name, f"expected a JSON object per line, got {type(row).__name__}", number)
-        item_id, sample = row_to_sample(row, fields, name, number)
-        rows.append(DatasetRow(index=len(rows), line=number, id=item_id, sample=sample))
+        rows.append(_row(name, number, row, fields, len(rows), "per line"))
     return rows
 
 
-def _csv(path: Path, fields: FieldMap, max_line_bytes: int) -> list[DatasetRow]:
+class _Cursor:
+    """A position in a JSON text, with the line it is on counted as it moves (one pass, not one per row)."""
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name, self.text, self.at = name, text, 0
+        self._line, self._counted = 1, 0
+
+    def line(self, position: int | None = None) -> int:
+        position = self.at if position is None else position
+        self._line += self.text.count("\n", self._counted, position)
+        self._counted = position
+        return self._line
+
+    def skip_space(self) -> str:
+        """Move past whitespace; the next character, or "" at the end."""
+        while self.at < len(self.text) and self.text[self.at] in " \t\r\n":
+            self.at += 1
+        return self.text[self.at : self.at + 1]
+
+    def error(self, message: str, position: int | None = None) -> DatasetError:
+        position = self.at if position is None else position
+        column = position - self.text.rfind("\n", 0, position)
+        return DatasetError(self.name, f"not valid JSON ({message} at column {column})", self.line(position))
+
+
+def _json(name: str, lines: list[tuple[int, str]], fields: FieldMap) -> list[DatasetRow]:
+    """A `.json` file: an array of objects (a row's line is where its object starts), else JSON Lines."""
+    cursor = _Cursor(name, "".join(text for _, text in lines))
+    if cursor.skip_space() != "[":
+        return _jsonl(name, lines, fields)
+    decoder = json.JSONDecoder()
+    rows: list[DatasetRow] = []
+    cursor.at += 1
+    if cursor.skip_space() == "]":
+        cursor.at += 1
+    else:
+        while True:
+            try:
+                row, end = decoder.raw_decode(cursor.text, cursor.at)
+            except json.JSONDecodeError as exc:
+                raise cursor.error(exc.msg, exc.pos) from None
+            rows.append(_row(name, cursor.line(), row, fields, len(rows), "per array item"))
+            cursor.at = end
+            following = cursor.skip_space()
+            if following not in (",", "]"):
+                raise cursor.error("Expecting ',' delimiter or ']'")
+            cursor.at += 1
+            if following == "]":
+                break
+            cursor.skip_space()
+    if cursor.skip_space():
+        raise cursor.error("Extra data after the array")
+    return rows
+
+
+def _csv(path: Path, fields: FieldMap, max_line_bytes: int, delimiter: str) -> list[DatasetRow]:
     name = str(path)
     text = "".join(t for _, t in read_lines(path, max_line_bytes))
     csv.field_size_limit(max_line_bytes)
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows: list[DatasetRow] = []
     try:
         for row in reader:
@@ -185,17 +278,27 @@ def load_dataset(
     format: str = "auto",
     max_line_bytes: int = MAX_LINE_BYTES,
 ) -> list[DatasetRow]:
-    """Every sample of a JSONL (`.jsonl`, `.json`, `.ndjson`) or CSV (`.csv`) file, validated up front."""
+    """Every sample of a dataset file, validated up front.
+
+    `format="auto"` goes by the extension: `.csv`, `.tsv`, `.json` (an array of objects, or JSON Lines),
+    anything else JSON Lines.
+    """
     path = Path(path)
     fields = fields or FieldMap()
     if not path.exists():
         raise DatasetError(str(path), "no such file")
     if path.is_dir():
         raise DatasetError(str(path), "is a directory, not a dataset file")
-    kind = format if format != "auto" else ("csv" if path.suffix.lower() in (".csv", ".tsv") else "jsonl")
-    if kind not in ("jsonl", "csv"):
-        raise DatasetError(str(path), f"unknown format {format!r}; use jsonl or csv")
-    rows = _csv(path, fields, max_line_bytes) if kind == "csv" else _jsonl(path, fields, max_line_bytes)
+    suffix = path.suffix.lower().lstrip(".")
+    kind = format if format != "auto" else (suffix if suffix in FORMATS else "jsonl")
+    if kind == "csv" or kind == "tsv":
+        rows = _csv(path, fields, max_line_bytes, delimiter="," if kind == "csv" else "\t")
+    elif kind == "json":
+        rows = _json(str(path), list(read_lines(path, max_line_bytes)), fields)
+    elif kind == "jsonl":
+        rows = _jsonl(str(path), read_lines(path, max_line_bytes), fields)
+    else:
+        raise DatasetError(str(path), f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
     if not rows:
         raise DatasetError(str(path), "file is empty: no samples to evaluate")
     seen: dict[str, int] = {}

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ragtrace.judges import Judge, judge_and_score
 from ragtrace.judges.resolve import resolve_judge
+from ragtrace.offline.dataset import KNOWN_NAMES, FieldMap
 from ragtrace.scoring import SCORERS, JudgeUsage, RagSample, Scorer, ScoreResult, default_scorers
 
 logger = logging.getLogger(__name__)
@@ -75,20 +76,19 @@ class EvaluationReport(BaseModel):
     usage: JudgeUsage
 
 
-#: The keys a dataset row may have: the sample's fields, `question` for `query`, and the row's `id`.
-ROW_KEYS = ("query", "question", "contexts", "response", "ground_truth", "metadata", "id")
+#: A row's own keys. Each field is also read under its other known names (`KNOWN_NAMES`: the ragas schemas),
+#: as in a dataset file.
+ROW_KEYS = ("query", "contexts", "response", "ground_truth", "metadata", "id")
 
-#: Names other RAG tools give these fields: a row that uses one is refused with the name to use instead.
+#: Names a row may use that ragtrace does not read: refused with the name to use instead. A known name
+#: is refused too when the row also has the field's first name (`answer` beside `response` would go unread).
 KNOWN_ALIASES = {
+    **{alias: field for field, names in KNOWN_NAMES.items() for alias in names[1:]},
     "context": "contexts",
-    "retrieved_contexts": "contexts",
     "documents": "contexts",
-    "answer": "response",
     "output": "response",
-    "reference": "ground_truth",
     "ground_truths": "ground_truth",
     "expected_output": "ground_truth",
-    "user_input": "query",
     "input": "query",
 }
 
@@ -98,26 +98,28 @@ def _unknown_key_error(unknown: Sequence[str]) -> ValueError:
     for key in unknown:
         near = KNOWN_ALIASES.get(key) or next(iter(difflib.get_close_matches(key, ROW_KEYS, n=1)), None)
         hints.append(f"{key!r} (did you mean {near!r}?)" if near else repr(key))
+    others = ", ".join(f"{name!r} for {field!r}" for field, names in KNOWN_NAMES.items() for name in names[1:])
     return ValueError(
-        f"unknown key(s) {', '.join(hints)}; a row's keys are {', '.join(ROW_KEYS)} (anything else goes under "
-        "'metadata')"
+        f"unknown key(s) {', '.join(hints)}; a row's keys are {', '.join(ROW_KEYS)}, or {others} (anything "
+        "else goes under 'metadata')"
     )
 
 
 def as_sample(item: RagSample | Mapping[str, Any]) -> RagSample:
-    """A dataset row as a sample; `question` is accepted for `query`. A key ragtrace does not read is an
-    error, not a silent skip: `context` or `answer` left unread would score a different sample."""
+    """A dataset row as a sample, its fields found by name as in a dataset file. A key ragtrace does not
+    read is an error, not a silent skip: `context` or `answer` left unread would score a different sample."""
     if isinstance(item, RagSample):
         return item
     row = dict(item)
-    unknown = [str(k) for k in row if k not in ROW_KEYS]
+    names = FieldMap()
+    columns = {field: names.column(field, row) for field in ("query", "contexts", "response", "ground_truth")}
+    unknown = [str(k) for k in row if k not in ("metadata", "id", *columns.values())]
     if unknown:
         raise _unknown_key_error(unknown)
-    if "query" not in row and "question" in row:
-        row["query"] = row["question"]
-    return RagSample.model_validate(
-        {k: row[k] for k in ("query", "contexts", "response", "ground_truth", "metadata") if k in row}
-    )
+    values = {field: row[column] for field, column in columns.items() if column in row}
+    if "metadata" in row:
+        values["metadata"] = row["metadata"]
+    return RagSample.model_validate(values)
 
 
 def _scorers(scorers: Sequence[Scorer | str] | None) -> list[Scorer]:

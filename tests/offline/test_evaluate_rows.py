@@ -47,3 +47,26 @@ def test_every_accepted_key_is_read() -> None:
     report = evaluate([row], judge=GoldJudge())
     assert report.items[0].id == "a"
     assert report.items[0].results["context_precision"].score is not None
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        {"query": "question", "response": "answer"},
+        {"query": "user_input", "contexts": "retrieved_contexts", "ground_truth": "reference"},
+    ],
+    ids=["ragas-0.1", "ragas-0.2"],
+)
+def test_the_common_schemas_score_like_ragtraces_own_names(names: dict[str, str]) -> None:
+    rows = make_rows(3)
+    for row in rows:
+        row["ground_truth"] = row["response"]
+    renamed = [{names.get(k, k): v for k, v in row.items()} for row in rows]
+    own, theirs = evaluate(rows, judge=GoldJudge()), evaluate(renamed, judge=GoldJudge())
+    assert [i.results for i in theirs.items] == [i.results for i in own.items]
+
+
+def test_a_second_name_for_a_field_would_go_unread_and_is_refused() -> None:
+    row = {**make_rows(1)[0], "question": "another question"}
+    with pytest.raises(ValueError, match=r"'question' \(did you mean 'query'\?\)"):
+        evaluate([row], judge=GoldJudge())

@@ -1,0 +1,143 @@
+"""The dataset loader: formats, column names, and errors that point at the line."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragtrace.offline import DatasetError, DatasetRow, FieldMap, load_dataset
+
+ROWS: list[dict[str, Any]] = [
+    {"id": "a", "query": "Who wrote Dune?", "contexts": ["Dune is a novel by Frank Herbert.", "Paris"],
+     "response": "Frank Herbert.", "ground_truth": "Frank Herbert wrote Dune."},
+    {"id": "b", "query": "Capital of France?", "contexts": ["Paris is the capital of France."],
+     "response": "Paris.", "ground_truth": None},
+]
+
+
+def loaded(rows: list[DatasetRow]) -> list[tuple[str | None, str, tuple[str, ...], str, str | None]]:
+    return [
+        (r.id, r.sample.query, tuple(d.content for d in r.sample.contexts), r.sample.response, r.sample.ground_truth)
+        for r in rows
+    ]
+
+
+EXPECTED = [
+    ("a", "Who wrote Dune?", ("Dune is a novel by Frank Herbert.", "Paris"), "Frank Herbert.",
+     "Frank Herbert wrote Dune."),
+    ("b", "Capital of France?", ("Paris is the capital of France.",), "Paris.", None),
+]
+
+
+def renamed(names: dict[str, str]) -> list[dict[str, object]]:
+    return [{names.get(k, k): v for k, v in row.items()} for row in ROWS]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        {"query": "question", "response": "answer"},
+        {"query": "user_input", "contexts": "retrieved_contexts", "ground_truth": "reference"},
+    ],
+    ids=["ragas-0.1", "ragas-0.2"],
+)
+def test_the_common_schemas_load_without_a_mapping(tmp_path: Path, names: dict[str, str]) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in renamed(names)), encoding="utf-8")
+    assert loaded(load_dataset(data)) == EXPECTED
+
+
+def test_ragtraces_own_name_wins_and_a_mapping_wins_over_both(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    row = {"query": "q", "contexts": ["c"], "response": "mine", "answer": "theirs", "final": "mapped"}
+    data.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    assert load_dataset(data)[0].sample.response == "mine"
+    assert load_dataset(data, fields=FieldMap(response="final"))[0].sample.response == "mapped"
+
+
+def test_a_missing_column_names_the_names_looked_for(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"query": "q", "passages": ["c"]}\n', encoding="utf-8")
+    with pytest.raises(DatasetError) as error:
+        load_dataset(data)
+    assert str(error.value) == (
+        f"{data}:1: missing field 'contexts' (or 'retrieved_contexts'); map another with --contexts-field"
+    )
+    with pytest.raises(DatasetError) as error:
+        load_dataset(data, fields=FieldMap(contexts="docs"))
+    assert str(error.value) == f"{data}:1: missing field 'docs'"
+    assert loaded(load_dataset(data, fields=FieldMap(contexts="passages")))[0][2] == ("c",)
+
+
+def test_a_json_array_loads_and_each_row_keeps_the_line_its_object_starts_on(tmp_path: Path) -> None:
+    data = tmp_path / "data.json"
+    data.write_text("\ufeff" + json.dumps(ROWS, indent=2) + "\n", encoding="utf-8")
+    rows = load_dataset(data)
+    assert loaded(rows) == EXPECTED
+    text = data.read_text(encoding="utf-8-sig").splitlines()
+    assert [text[r.line - 1].strip() for r in rows] == ["{", "{"]
+    assert text[rows[1].line].strip() == '"id": "b",'
+
+
+def test_a_json_file_of_json_lines_loads_too(tmp_path: Path) -> None:
+    data = tmp_path / "data.json"
+    data.write_text("".join(json.dumps(row) + "\n" for row in ROWS), encoding="utf-8")
+    assert loaded(load_dataset(data)) == EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('[\n  {"query": "q", "contexts": []},\n  {"query": 3, "contexts": []}\n]',
+         "3: field 'query': expected a string"),
+        ('[\n  {"query": "q", "contexts": []},\n  "q2"\n]', "3: expected a JSON object per array item, got str"),
+        ('[\n  {"query": "q", "contexts": []}\n  {"query": "q2", "contexts": []}\n]',
+         "3: not valid JSON (Expecting ',' delimiter or ']' at column 3)"),
+        ('[\n  {"query": "q", "contexts": [}\n]', "2: not valid JSON (Expecting value at column 31)"),
+        ('[{"query": "q", "contexts": []}]\n{"query": "q2"}\n',
+         "2: not valid JSON (Extra data after the array at column 1)"),
+        ('[{"query": "q", "contexts": []},', "1: not valid JSON (Expecting value at column 33)"),
+        ("[\n]\n", ": file is empty: no samples to evaluate"),
+    ],
+    ids=["bad-field", "not-an-object", "missing-comma", "bad-value", "extra-data", "truncated", "empty"],
+)
+def test_a_bad_json_array_names_the_line(tmp_path: Path, content: str, message: str) -> None:
+    data = tmp_path / "data.json"
+    data.write_text(content, encoding="utf-8")
+    with pytest.raises(DatasetError) as error:
+        load_dataset(data)
+    assert str(error.value).startswith(f"{data}:{message}" if message[0] != ":" else f"{data}{message}")
+
+
+def test_a_json_array_in_a_jsonl_file_is_refused_with_a_hint(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps(ROWS, indent=2), encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"looks like a JSON array \(use --format json\)"):
+        load_dataset(data)
+    assert loaded(load_dataset(data, format="json")) == EXPECTED
+
+
+@pytest.mark.parametrize(("suffix", "delimiter"), [(".csv", ","), (".tsv", "\t")])
+def test_csv_and_tsv_hold_contexts_as_a_json_list(tmp_path: Path, suffix: str, delimiter: str) -> None:
+    data = tmp_path / f"data{suffix}"
+    with data.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, delimiter=delimiter)
+        writer.writerow(["id", "question", "contexts", "answer", "reference"])
+        for row in ROWS:
+            writer.writerow([row["id"], row["query"], json.dumps(row["contexts"]), row["response"],
+                             row["ground_truth"] or ""])
+    rows = load_dataset(data)
+    assert [(i, q, c, r) for i, q, c, r, _ in loaded(rows)] == [e[:4] for e in EXPECTED]
+    assert [r.sample.ground_truth for r in rows] == ["Frank Herbert wrote Dune.", None]
+    assert [r.line for r in rows] == [2, 3]
+
+
+def test_an_unknown_format_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps(ROWS[0]) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match="unknown format 'parquet'; use one of jsonl, json, csv, tsv"):
+        load_dataset(data, format="parquet")
