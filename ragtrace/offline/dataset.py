@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +173,42 @@ def read_lines(path: Path, max_line_bytes: int) -> Iterator[tuple[int, str]]:
                 raise DatasetError(name, f"not UTF-8 text (byte {exc.start})", number) from None
 
 
+# A JSON string (closed or not) or a bracket: the tokens that decide where a multi-line document ends.
+_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"?|[][{}]')
+
+
+def read_json_documents(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]:
+    """JSON values one per line, or spread over lines as a pretty-printer writes them: (first line, text).
+
+    A line whose last character cannot end a JSON value (`{`, `[`, `,`, `:`) starts a document that runs
+    until its brackets close; any other line is a document of its own, so a broken one-line record is
+    reported on its own line instead of swallowing the lines after it.
+    """
+    parts: list[str] = []
+    first = depth = size = 0
+    for number, text in read_lines(path, max_bytes):
+        if not parts:
+            stripped = text.rstrip()
+            if not stripped:
+                continue
+            if stripped[-1] not in "{[,:":
+                yield number, text
+                continue
+            first, depth, size = number, 0, 0
+        parts.append(text)
+        size += len(text)
+        if size > max_bytes:
+            raise DatasetError(str(path), f"the JSON document starting here is longer than the {max_bytes} byte limit",
+                               first)
+        for token in _BRACKETS.findall(text):
+            depth += 1 if token in ("{", "[") else -1 if token in ("}", "]") else 0
+        if depth <= 0:
+            yield first, "".join(parts)
+            parts = []
+    if parts:
+        yield first, "".join(parts)
+
+
 def _row(name: str, number: int, row: Any, fields: FieldMap, index: int, what: str) -> DatasetRow:
     if not isinstance(row, dict):
         raise DatasetError(name, f"expected a JSON object {what}, got {type(row).__name__}", number)
@@ -179,18 +216,20 @@ def _row(name: str, number: int, row: Any, fields: FieldMap, index: int, what: s
     return DatasetRow(index=index, line=number, id=item_id, sample=sample)
 
 
-def _jsonl(name: str, lines: Iterable[tuple[int, str]], fields: FieldMap) -> list[DatasetRow]:
+def _jsonl(name: str, documents: Iterable[tuple[int, str]], fields: FieldMap) -> list[DatasetRow]:
     rows: list[DatasetRow] = []
-    for number, text in lines:
-        if not text.strip():
-            continue
+    for number, text in documents:
         try:
             row = json.loads(text)
         except json.JSONDecodeError as exc:
-            hint = "; expected JSON Lines (one object per line), this looks like a JSON array (use --format json)" if (
-                not rows and text.lstrip().startswith("[")
-            ) else ""
-            raise DatasetError(name, f"not valid JSON ({exc.msg} at column {exc.colno}){hint}", number) from None
+            raise DatasetError(
+                name, f"not valid JSON ({exc.msg} at column {exc.colno})", number + exc.lineno - 1
+            ) from None
+        if not rows and isinstance(row, list) and row and all(isinstance(item, dict) for item in row):
+            raise DatasetError(
+                name, "a JSON array, not JSON Lines (one object per line): name the file .json or use --format json",
+                number,
+            )
         rows.append(_row(name, number, row, fields, len(rows), "per line"))
     return rows
 
@@ -220,11 +259,12 @@ class _Cursor:
         return DatasetError(self.name, f"not valid JSON ({message} at column {column})", self.line(position))
 
 
-def _json(name: str, lines: list[tuple[int, str]], fields: FieldMap) -> list[DatasetRow]:
+def _json(path: Path, max_bytes: int, fields: FieldMap) -> list[DatasetRow]:
     """A `.json` file: an array of objects (a row's line is where its object starts), else JSON Lines."""
-    cursor = _Cursor(name, "".join(text for _, text in lines))
+    name = str(path)
+    cursor = _Cursor(name, "".join(text for _, text in read_lines(path, max_bytes)))
     if cursor.skip_space() != "[":
-        return _jsonl(name, lines, fields)
+        return _jsonl(name, read_json_documents(path, max_bytes), fields)
     decoder = json.JSONDecoder()
     rows: list[DatasetRow] = []
     cursor.at += 1
@@ -294,9 +334,9 @@ def load_dataset(
     if kind == "csv" or kind == "tsv":
         rows = _csv(path, fields, max_line_bytes, delimiter="," if kind == "csv" else "\t")
     elif kind == "json":
-        rows = _json(str(path), list(read_lines(path, max_line_bytes)), fields)
+        rows = _json(path, max_line_bytes, fields)
     elif kind == "jsonl":
-        rows = _jsonl(str(path), read_lines(path, max_line_bytes), fields)
+        rows = _jsonl(str(path), read_json_documents(path, max_line_bytes), fields)
     else:
         raise DatasetError(str(path), f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
     if not rows:

@@ -5,7 +5,8 @@ exactly the capture code the live processor runs, so a replay scores what produc
 
 Accepted inputs:
 - the OpenTelemetry Collector `file` exporter's JSON: one `ExportTraceServiceRequest` per line, protobuf
-  JSON mapping; trace and span ids may be hex (the OTLP/JSON rule) or base64 (protobuf's own mapping);
+  JSON mapping; trace and span ids may be hex (the OTLP/JSON rule) or base64 (protobuf's own mapping).
+  A request may also be pretty-printed over several lines (a saved OTLP/HTTP body, the spec's examples);
 - protobuf: one message, or several each prefixed by a varint length or by a 4-byte big-endian length
   (the collector's `proto` format).
 """
@@ -29,7 +30,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from ragtrace.capture import CaptureStats, extract_samples
-from ragtrace.offline.dataset import MAX_LINE_BYTES, DatasetError, read_lines
+from ragtrace.offline.dataset import MAX_LINE_BYTES, DatasetError, read_json_documents
 from ragtrace.scoring import RagSample
 
 _KINDS = {
@@ -266,13 +267,12 @@ def parse_json_line(text: str) -> ExportTraceServiceRequest:
 
 def read_json(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[ExportTraceServiceRequest]:
     try:
-        for number, text in read_lines(path, max_line_bytes):
-            if not text.strip():
-                continue
+        for number, text in read_json_documents(path, max_line_bytes):
             try:
                 yield parse_json_line(text)
             except json.JSONDecodeError as exc:
-                raise ReplayError(f"{path}:{number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+                line = number + exc.lineno - 1
+                raise ReplayError(f"{path}:{line}: not valid JSON ({exc.msg} at column {exc.colno})") from None
             except _NotOtlpTraces as exc:
                 raise ReplayError(f"{path}:{number}: {exc}") from None
             except (json_format.ParseError, ValueError, TypeError) as exc:

@@ -88,7 +88,7 @@ BAD_FILES: list[tuple[str, str, str]] = [
     ("not_json", '{"query": "q", "contexts": []}\n\n{query: q}\n', "data.jsonl:3: not valid JSON"),
     ("not_object", '["q", []]\n', "data.jsonl:1: expected a JSON object per line, got list"),
     ("json_array", '[\n  {"query": "q", "contexts": []}\n]\n',
-     "data.jsonl:1: not valid JSON (Expecting value at column 1); expected JSON Lines (one object per line)"),
+     "data.jsonl:1: a JSON array, not JSON Lines (one object per line): name the file .json or use --format json"),
     ("bad_context_item", '{"query": "q", "contexts": ["a", 3]}\n',
      "data.jsonl:1: field 'contexts': item 1 must be a string"),
     ("duplicate_id", '{"id": 1, "query": "q", "contexts": []}\n{"id": "1", "query": "q", "contexts": []}\n',

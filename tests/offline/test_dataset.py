@@ -8,8 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ragtrace.offline import DatasetError, DatasetRow, FieldMap, load_dataset
+from ragtrace.offline.dataset import read_json_documents
 
 ROWS: list[dict[str, Any]] = [
     {"id": "a", "query": "Who wrote Dune?", "contexts": ["Dune is a novel by Frank Herbert.", "Paris"],
@@ -116,7 +119,7 @@ def test_a_bad_json_array_names_the_line(tmp_path: Path, content: str, message: 
 def test_a_json_array_in_a_jsonl_file_is_refused_with_a_hint(tmp_path: Path) -> None:
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps(ROWS, indent=2), encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"looks like a JSON array \(use --format json\)"):
+    with pytest.raises(DatasetError, match=r"1: a JSON array, not JSON Lines .*: name the file .json or use --format"):
         load_dataset(data)
     assert loaded(load_dataset(data, format="json")) == EXPECTED
 
@@ -141,3 +144,34 @@ def test_an_unknown_format_is_refused(tmp_path: Path) -> None:
     data.write_text(json.dumps(ROWS[0]) + "\n", encoding="utf-8")
     with pytest.raises(DatasetError, match="unknown format 'parquet'; use one of jsonl, json, csv, tsv"):
         load_dataset(data, format="parquet")
+
+
+def test_json_lines_may_spread_an_object_over_lines_and_a_broken_line_stays_on_its_own(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row, indent=2) + "\n" for row in ROWS), encoding="utf-8")
+    rows = load_dataset(data)
+    assert loaded(rows) == EXPECTED
+    assert [r.line for r in rows] == [1, 1 + json.dumps(ROWS[0], indent=2).count("\n") + 1]
+    data.write_text('{"query": "q", "contexts": []}\n{"query": "q2", "contexts": [}\n' + json.dumps(ROWS[0]) + "\n")
+    with pytest.raises(DatasetError, match=r"data.jsonl:2: not valid JSON \(Expecting value at column 30\)"):
+        load_dataset(data)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet=st.sampled_from('ab{}[]",:\\ \t\u00e9')),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(documents=st.lists(json_values, min_size=1, max_size=5), indent=st.sampled_from([None, 1, 2, "\t"]))
+def test_json_documents_come_back_whole_however_they_are_printed(
+    tmp_path: Path, documents: list[Any], indent: int | str | None
+) -> None:
+    path = tmp_path / "documents.json"
+    path.write_text("".join(json.dumps(d, indent=indent) + "\n" for d in documents), encoding="utf-8")
+    read = list(read_json_documents(path, 1 << 20))
+    assert [json.loads(text) for _, text in read] == documents
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert all(lines[number - 1] == text.splitlines()[0] for number, text in read)

@@ -18,7 +18,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from ragtrace.cli import main
 from ragtrace.instrument import generation_span, retrieval_span
-from ragtrace.offline.replay import replay_file, spans_of
+from ragtrace.offline.replay import ReplayError, replay_file, spans_of
 from tests.offline.gold import JUDGE, average_precision
 
 CASES: list[dict[str, Any]] = [
@@ -145,6 +145,27 @@ def test_hex_ids_as_the_collector_writes_them(tmp_path: Path, spans: list[Readab
     assert len(first_span["traceId"]) == 32 and len(first_span["spanId"]) == 16
     one, other = replay_file(base), replay_file(hex_file)
     assert [(s.key, s.sample) for s in one.samples] == [(s.key, s.sample) for s in other.samples]
+
+
+def test_pretty_printed_requests_replay_like_one_per_line(tmp_path: Path, spans: list[ReadableSpan]) -> None:
+    """A saved OTLP/HTTP body or the spec's example files spread one request over many lines."""
+    base = write_json_lines(tmp_path / "lines.json", spans)
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(
+        "".join(json.dumps(json.loads(to_hex_ids(line)), indent=2) + "\n" for line in base.read_text().splitlines()),
+        encoding="utf-8",
+    )
+    assert pretty.read_text().count("\n") > 100
+    one, other = replay_file(base), replay_file(pretty)
+    assert [(s.key, s.sample) for s in other.samples] == [(s.key, s.sample) for s in one.samples]
+    assert other.spans == one.spans == len(spans)
+
+
+def test_a_broken_pretty_printed_request_is_reported_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "traces.json"
+    path.write_text('{"resourceSpans": []}\n{\n  "resourceSpans": [\n    {"scopeSpans": []\n  ]\n}\n')
+    with pytest.raises(ReplayError, match=r"traces.json:5: not valid JSON \(Expecting ',' delimiter at column 3\)"):
+        replay_file(path)
 
 
 def _varint(n: int) -> bytes:
