@@ -86,6 +86,10 @@ class DatasetRow:
     sample: RagSample
 
 
+# The key of a context object's text: ragtrace's, LangChain's `Document`, and the plain `text` most stores use.
+CONTENT_KEYS = ("content", "page_content", "text")
+
+
 def _contexts(value: Any, fail: Any) -> tuple[Document, ...]:
     if value is None:
         return ()
@@ -95,13 +99,16 @@ def _contexts(value: Any, fail: Any) -> tuple[Document, ...]:
     for i, item in enumerate(value):
         if isinstance(item, str):
             docs.append(Document(content=item))
-        elif isinstance(item, dict) and isinstance(item.get("content"), str):
-            try:
-                docs.append(Document.model_validate({k: item[k] for k in ("content", "id", "score") if k in item}))
-            except ValidationError as exc:
-                fail(f"item {i}: {exc.errors()[0]['msg']}")
-        else:
-            fail(f"item {i} must be a string or an object with a string 'content', got {type(item).__name__}")
+            continue
+        key = next((k for k in CONTENT_KEYS if isinstance(item, dict) and isinstance(item.get(k), str)), None)
+        if key is None:
+            keys = " / ".join(f"'{k}'" for k in CONTENT_KEYS)
+            fail(f"item {i} must be a string or an object with a string {keys}, got {type(item).__name__}")
+        try:
+            fields = {"content": item[key], **{k: item[k] for k in ("id", "score") if k in item}}
+            docs.append(Document.model_validate(fields))
+        except ValidationError as exc:
+            fail(f"item {i}: {exc.errors()[0]['msg']}")
     return tuple(docs)
 
 

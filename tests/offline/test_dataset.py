@@ -175,3 +175,16 @@ def test_json_documents_come_back_whole_however_they_are_printed(
     assert [json.loads(text) for _, text in read] == documents
     lines = path.read_text(encoding="utf-8").splitlines()
     assert all(lines[number - 1] == text.splitlines()[0] for number, text in read)
+
+
+def test_context_objects_may_hold_their_text_as_content_page_content_or_text(tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    contexts = [
+        {"content": "a", "id": "1"}, {"page_content": "b", "metadata": {"source": "x"}}, {"text": "c", "score": 0.5}
+    ]
+    data.write_text(json.dumps({"query": "q", "contexts": contexts}) + "\n", encoding="utf-8")
+    docs = load_dataset(data)[0].sample.contexts
+    assert [(d.content, d.id, d.score) for d in docs] == [("a", "1", None), ("b", None, None), ("c", None, 0.5)]
+    data.write_text(json.dumps({"query": "q", "contexts": [{"body": "a"}]}) + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match="item 0 must be a string or an object with a string 'content' / 'page_"):
+        load_dataset(data)
