@@ -1,12 +1,15 @@
 """The shapes real instrumentation libraries write, read back: a LangChain RAG chain (fake retriever and
-fake chat model, no network) traced by OpenInference and by OpenLLMetry.
+fake chat model, no network) traced by OpenInference and by OpenLLMetry; a DSPy RAG program traced by
+OpenInference, its LM answering from a local OpenAI-compatible server.
 
 Skipped where the instrumentation packages are not installed (they are not ragtrace dependencies).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +18,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragtrace.capture import CaptureStats, extract_samples, span_role
-
-pytest.importorskip("langchain_core")
 
 QUESTION = "How long is the warranty?"
 CONTEXTS = ["The warranty lasts two years.", "Returns are accepted within 30 days."]
@@ -58,12 +59,14 @@ def _run_chain(instrumentor: Any) -> list[ReadableSpan]:
 
 @pytest.fixture
 def openinference_spans() -> Iterator[list[ReadableSpan]]:
+    pytest.importorskip("langchain_core")
     module = pytest.importorskip("openinference.instrumentation.langchain")
     yield _run_chain(module.LangChainInstrumentor())
 
 
 @pytest.fixture
 def openllmetry_spans() -> Iterator[list[ReadableSpan]]:
+    pytest.importorskip("langchain_core")
     module = pytest.importorskip("opentelemetry.instrumentation.langchain")
     yield _run_chain(module.LangchainInstrumentor())
 
@@ -106,3 +109,74 @@ def test_openllmetry_langchain_chain(openllmetry_spans: list[ReadableSpan]) -> N
     assert (captured.retrieval_span_id, captured.generation_span_id) == ids
     # RunnableParallel<context,question> repeats the documents in its output: one sample, not two.
     assert stats.counts == {"nested_retrieval": 1}
+
+
+# What the model writes for a ChainOfThought("context, question -> answer") under each DSPy adapter: its
+# reasoning field (quoting a context it then does not use) and its answer field, in the adapter's format.
+DSPY_COMPLETIONS = {
+    "chat": "[[ ## reasoning ## ]]\nReturns are accepted within 30 days, but the warranty lasts two years."
+            "\n\n[[ ## answer ## ]]\nTwo years.\n\n[[ ## completed ## ]]",
+    "json": json.dumps({"reasoning": "Returns are accepted within 30 days, but the warranty lasts two years.",
+                        "answer": "Two years."}),
+    "xml": "<reasoning>\nReturns are accepted within 30 days, but the warranty lasts two years.\n</reasoning>"
+           "\n\n<answer>\nTwo years.\n</answer>",
+}
+
+
+def _run_dspy(adapter: str) -> list[ReadableSpan]:
+    """A dspy.Module that retrieves (dspy.Retrieve over an in-memory corpus) and answers with
+    ChainOfThought, its LM (through litellm) answering from the local chat server; the finished spans."""
+    dspy = pytest.importorskip("dspy")
+    module = pytest.importorskip("openinference.instrumentation.dspy")
+    from dspy.dsp.utils import dotdict
+
+    from examples._chat_server import local_chat_server
+
+    def handbook(query: str, k: int = 3, **_: Any) -> list[Any]:
+        return [dotdict(long_text=text) for text in CONTEXTS[:k]]
+
+    class Rag(dspy.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.retrieve = dspy.Retrieve(k=2)
+            self.answer = dspy.ChainOfThought("context, question -> answer")
+
+        def forward(self, question: str) -> Any:
+            return self.answer(context=self.retrieve(question).passages, question=question)
+
+    adapters = {"chat": dspy.ChatAdapter, "json": dspy.JSONAdapter, "xml": dspy.XMLAdapter}
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = module.DSPyInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        with local_chat_server({QUESTION: DSPY_COMPLETIONS[adapter]}) as base_url:
+            lm = dspy.LM("openai/local-model", api_base=base_url, api_key="not-needed", cache=False, num_retries=0)
+            with dspy.context(lm=lm, rm=handbook, adapter=adapters[adapter]()):
+                assert Rag()(question=QUESTION).answer == "Two years."
+    finally:
+        instrumentor.uninstrument()
+    return list(exporter.get_finished_spans())
+
+
+@pytest.mark.parametrize("adapter", sorted(DSPY_COMPLETIONS))
+def test_openinference_dspy_program(adapter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The response is the answer field DSPy parsed out of the completion and handed the program, not
+    the completion with its reasoning (which mentions the return policy the answer does not use)."""
+    monkeypatch.setenv("DSPY_CACHEDIR", str(tmp_path))  # dspy opens its disk cache when first imported
+    spans = _run_dspy(adapter)
+    retriever, lm = _by_name(spans, "Retrieve.forward"), _by_name(spans, "LM.__call__")
+    assert (span_role(retriever), span_role(lm)) == ("retrieval", "generation")
+    written = (lm.attributes or {})["llm.output_messages.0.message.content"]
+    assert written == DSPY_COMPLETIONS[adapter] and "30 days" in written
+    stats = CaptureStats()
+    [captured] = extract_samples(spans, stats=stats)
+    assert captured.sample.context_texts == CONTEXTS
+    assert captured.sample.query == QUESTION
+    assert captured.sample.response == "Two years."
+    assert (captured.convention, captured.retriever, captured.pairing) == ("openinference", "Retrieve.forward",
+                                                                           "contexts")
+    assert retriever.context is not None and lm.context is not None
+    assert (captured.retrieval_span_id, captured.generation_span_id) == (retriever.context.span_id,
+                                                                         lm.context.span_id)
+    assert not stats.counts
