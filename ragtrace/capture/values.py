@@ -353,15 +353,22 @@ def _tagged(text: str) -> dict[str, str] | None:
     return fields or None
 
 
+def _named_answer(lowered: Mapping[str, Any]) -> str | None:
+    for name in _ANSWER_FIELDS:
+        found = as_text(lowered.get(name))
+        if found is not None:
+            return found
+    return None
+
+
 def _answer_field(fields: Mapping[str, Any], protocol: bool) -> str | None:
     """The answer among a structured output's fields: the field named for it; else, when the model's
     working is set apart (or the fields follow a framework's protocol), the other text fields in order;
     None when neither (a JSON document or HTML that is itself the answer)."""
     lowered = {str(k).lower(): v for k, v in fields.items()}
-    for name in _ANSWER_FIELDS:
-        found = as_text(lowered.get(name))
-        if found is not None:
-            return found
+    found = _named_answer(lowered)
+    if found is not None:
+        return found
     if not protocol and _WORKING_FIELDS.isdisjoint(lowered):
         return None  # plain JSON data: the model's answer is the document itself
     rest = [v for k, v in lowered.items() if k not in _WORKING_FIELDS and as_text(v) is not None]
@@ -389,6 +396,19 @@ def answer_text(text: str, limits: CaptureLimits) -> str:
     elif stripped.startswith("<") and (tags := _tagged(stripped)):  # tags may also be plain HTML
         found = _answer_field(tags, protocol=False)
     return found if found is not None else text
+
+
+def tool_call_answer(arguments: Iterable[Any], limits: CaptureLimits) -> str | None:
+    """The answer a model gave through a tool call (structured output: LangChain's `with_structured_output`,
+    instructor, a forced `Answer` tool): the first call's argument named for the answer. Arguments are
+    objects or JSON text. Calls without such an argument (an agent asking a search tool) give None."""
+    for value in arguments:
+        parsed = maybe_json(value, limits) if isinstance(value, str) else plain(value)
+        if isinstance(parsed, dict):
+            found = _named_answer({str(k).lower(): v for k, v in parsed.items()})
+            if found is not None:
+                return found
+    return None
 
 
 def text_leaves(value: Any, limits: CaptureLimits, out: list[str], budget: int = 10_000, depth: int = 0) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +25,11 @@ QUESTION = "How long is the warranty?"
 CONTEXTS = ["The warranty lasts two years.", "Returns are accepted within 30 days."]
 
 
-def _run_chain(instrumentor: Any) -> list[ReadableSpan]:
-    """Instrument, run a retriever | prompt | chat model chain once, uninstrument; the finished spans."""
+def _run_chain(
+    instrumentor: Any, model: Any = None, parser: Any = None, output: Any = "Two years."
+) -> list[ReadableSpan]:
+    """Instrument, run a retriever | prompt | chat model | parser chain once (by default a model that says
+    "Two years." and a string parser), uninstrument; the finished spans."""
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
     from langchain_core.documents import Document
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -48,10 +53,10 @@ def _run_chain(instrumentor: Any) -> list[ReadableSpan]:
         chain = (
             {"context": Handbook(), "question": RunnablePassthrough()}
             | prompt
-            | FakeListChatModel(responses=["Two years."])
-            | StrOutputParser()
+            | (model if model is not None else FakeListChatModel(responses=["Two years."]))
+            | (parser if parser is not None else StrOutputParser())
         )
-        assert chain.invoke(QUESTION) == "Two years."
+        assert chain.invoke(QUESTION) == output
     finally:
         instrumentor.uninstrument()
     return list(exporter.get_finished_spans())
@@ -180,3 +185,107 @@ def test_openinference_dspy_program(adapter: str, tmp_path: Path, monkeypatch: p
     assert (captured.retrieval_span_id, captured.generation_span_id) == (retriever.context.span_id,
                                                                          lm.context.span_id)
     assert not stats.counts
+
+
+# Structured output through a tool call: the model answers by calling an `Answer` tool (LangChain's
+# `with_structured_output`, instructor, a forced tool choice) and writes no text of its own.
+ANSWER_ARGUMENTS = {"answer": "Two years.", "citations": [0]}
+
+
+@contextmanager
+def _tool_answer_server() -> Iterator[str]:
+    """An OpenAI-compatible server on 127.0.0.1 whose every chat completion is an `Answer` tool call."""
+    from examples._chat_server import reply_json, serve
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            call = {"id": "call_1", "type": "function",
+                    "function": {"name": "Answer", "arguments": json.dumps(ANSWER_ARGUMENTS)}}
+            reply_json(self, {
+                "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "local-model",
+                "choices": [{"index": 0, "finish_reason": "tool_calls",
+                             "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
+                "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49},
+            })
+
+    with serve(Handler) as base_url:
+        yield base_url
+
+
+# producer -> (module, instrumentor class, the scope its chat spans come from)
+OPENAI_INSTRUMENTORS = {
+    "openinference": ("openinference.instrumentation.openai", "OpenAIInstrumentor",
+                      "openinference.instrumentation.openai"),
+    "openllmetry": ("opentelemetry.instrumentation.openai", "OpenAIInstrumentor",
+                    "opentelemetry.instrumentation.openai.v1"),
+    "openai-v2": ("opentelemetry.instrumentation.openai_v2", "OpenAIInstrumentor",
+                  "opentelemetry.util.genai.handler"),  # openai-v2 records through util-genai
+}
+
+
+@pytest.mark.parametrize("producer", sorted(OPENAI_INSTRUMENTORS))
+def test_openai_client_structured_answer_through_a_tool_call(producer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OpenAI client under each OpenAI instrumentor, the retrieval recorded by ragtrace's helper: the
+    response is the `answer` argument of the model's tool call (each instrumentor writes it its own way)."""
+    openai = pytest.importorskip("openai")
+    package, name, scope = OPENAI_INSTRUMENTORS[producer]
+    instrumentor = getattr(pytest.importorskip(package), name)()
+    from ragtrace.instrument import retrieval_span
+
+    monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")  # openai-v2's content
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("rag-app")
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        with _tool_answer_server() as base_url, tracer.start_as_current_span("answer"):
+            client = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0)
+            with retrieval_span(QUESTION, data_source="handbook", tracer=tracer) as retrieval:
+                retrieval.record(CONTEXTS)
+            answer_tool = {"type": "function", "function": {
+                "name": "Answer", "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}}}}
+            completion = client.chat.completions.create(
+                model="local-model",
+                messages=[{"role": "system", "content": "Context:\n" + "\n".join(CONTEXTS)},
+                          {"role": "user", "content": QUESTION}],
+                tools=[answer_tool], tool_choice={"type": "function", "function": {"name": "Answer"}},
+            )
+            assert completion.choices[0].message.content is None
+    finally:
+        instrumentor.uninstrument()
+    spans = list(exporter.get_finished_spans())
+    chat = next(s for s in spans if span_role(s) == "generation")
+    assert chat.instrumentation_scope is not None and chat.instrumentation_scope.name == scope
+    stats = CaptureStats()
+    [captured] = extract_samples(spans, stats=stats)
+    assert (captured.sample.query, captured.sample.context_texts) == (QUESTION, CONTEXTS)
+    assert captured.sample.response == "Two years."
+    assert chat.context is not None and captured.generation_span_id == chat.context.span_id
+    assert captured.pairing == "contexts"
+    assert not stats.counts
+
+
+@pytest.mark.parametrize("producer", ["openinference", "openllmetry"])
+def test_langchain_structured_answer_through_a_tool_call(producer: str) -> None:
+    """A LangChain chain whose chat model answers with an `Answer` tool call, parsed by a tools output
+    parser: the response is the call's `answer` argument, under either LangChain instrumentor."""
+    pytest.importorskip("langchain_core")
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.output_parsers.openai_tools import JsonOutputKeyToolsParser
+
+    module, name = {"openinference": ("openinference.instrumentation.langchain", "LangChainInstrumentor"),
+                    "openllmetry": ("opentelemetry.instrumentation.langchain", "LangchainInstrumentor")}[producer]
+    call = {"name": "Answer", "args": ANSWER_ARGUMENTS, "id": "call_1"}
+    model = FakeMessagesListChatModel(responses=[AIMessage(content="", tool_calls=[call])])
+    parser = JsonOutputKeyToolsParser(key_name="Answer", first_tool_only=True)
+    spans = _run_chain(getattr(pytest.importorskip(module), name)(), model, parser, ANSWER_ARGUMENTS)
+    [captured] = extract_samples(spans)
+    assert (captured.sample.query, captured.sample.context_texts) == (QUESTION, CONTEXTS)
+    assert captured.sample.response == "Two years."
+    assert captured.convention == producer

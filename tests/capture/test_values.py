@@ -1,4 +1,4 @@
-"""values.answer_text: the answer out of a model's structured completion, any other text unchanged."""
+"""values.answer_text and tool_call_answer: the answer out of a model's structured completion or its tool call."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ragtrace.capture.values import DEFAULT_LIMITS, CaptureLimits, answer_text
+from ragtrace.capture.values import DEFAULT_LIMITS, CaptureLimits, answer_text, tool_call_answer
 
 REASONED = "Returns take 30 days; the warranty is two years."
 
@@ -68,3 +68,18 @@ def test_any_text_gives_text(completion: str) -> None:
     found = answer_text(completion, DEFAULT_LIMITS)
     assert isinstance(found, str)
     assert found == completion or found.strip()  # an extracted answer is never blank
+
+
+@pytest.mark.parametrize(
+    ("arguments", "answer"),
+    [
+        ([json.dumps({"answer": "Two years.", "citations": [0]})], "Two years."),  # JSON text (OpenAI, OpenInference)
+        ([{"Response": "Two years."}], "Two years."),  # an object (GenAI `tool_call` parts)
+        ([{"query": "warranty"}, {"final_answer": "Two years."}], "Two years."),  # the first call naming an answer
+        ([{"query": "warranty length"}], None),  # an agent asking a search tool: no answer given
+        ([{"thought": "search first", "query": "warranty"}], None),  # working set apart still names no answer
+        (["not json", None, 3, {"answer": 2}], None),
+    ],
+)
+def test_tool_call_answer(arguments: list[object], answer: str | None) -> None:
+    assert tool_call_answer(arguments, DEFAULT_LIMITS) == answer
