@@ -379,6 +379,11 @@ def _strength(node: _Node, reading: RetrievalReading) -> int:
     return 1 if openllmetry.is_named_retriever(node.span, attrs_of(node.span)) else 0
 
 
+# From this strength on a span is a retrieval in its instrumentor's own words (a RETRIEVER / retrieval span, a
+# vector-DB query, a task its instrumentor named for a retriever callback), not a chain step passing documents on.
+SURE_RETRIEVAL = 1
+
+
 def _same_retrieval(inner: RetrievalReading, outer: RetrievalReading) -> bool:
     """A wrapper and its inner call: the same query (or one unknown), and one's texts a subset of the other's."""
     if inner.query is not None and outer.query is not None and inner.query.strip() != outer.query.strip():
@@ -394,8 +399,9 @@ def _drop_nested(trace: _Trace, read: _Read, stats: CaptureStats) -> None:
     LangChain's RunnableAssign > RunnableParallel > retriever, a vector-DB client span under them. Of
     two nested retrieval spans, the one that is more surely the retrieval stays (`_strength`); of two
     equally sure, the outer one (what the app got back), unless it shows no documents and the inner one
-    does. Two explicit (GenAI / OpenInference) retrievals are one only when they share the query and one's
-    texts are a subset of the other's: a fusion retriever and its parts are distinct retrievals. The kept
+    does. Two spans that are each surely a retrieval (explicit, a vector-DB query, a task named for a
+    retriever) are one only when they share the query and one's texts are a subset of the other's: a fusion or
+    multi-query retriever and its parts are distinct retrievals, whichever instrumentor recorded them. The kept
     span inherits a dropped one's query when it has none; a dropped span is no sample and gets no status.
     """
     dropped: dict[int, int] = {}  # dropped span id -> the span id it lost to
@@ -404,9 +410,9 @@ def _drop_nested(trace: _Trace, read: _Read, stats: CaptureStats) -> None:
             if up not in read:
                 continue
             outer_node, outer = read[up][0], read[up][1]
-            if reading.explicit and outer.explicit and not _same_retrieval(reading, outer):
-                continue
             inner_rank, outer_rank = _strength(node, reading), _strength(outer_node, outer)
+            if min(inner_rank, outer_rank) >= SURE_RETRIEVAL and not _same_retrieval(reading, outer):
+                continue
             if inner_rank == outer_rank:
                 keep_inner = not outer.documents and bool(reading.documents)
             else:

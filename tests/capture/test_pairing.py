@@ -311,6 +311,29 @@ def test_explicit_retrieval_wins_over_a_wrapping_task_and_a_fusion_retrievers_pa
     assert stats.counts == {"nested_retrieval": 1}
 
 
+def test_named_retriever_tasks_with_their_own_queries_are_distinct_retrievals(traces: Traces) -> None:
+    """A multi-query retriever under OpenLLMetry: its parts are retriever tasks too, asked other queries, so
+    they are kept as under OpenInference; a task that only passes the documents on is still a layer."""
+    doc_a, doc_b = {"page_content": "Port 8080."}, {"page_content": "TLS on 443."}
+    root = traces.open("root")
+    step = traces.open("RunnableParallel<context>.task", _lc_task("RunnableParallel<context>", "Which port?",
+                                                                  {"context": [doc_a, doc_b]}), parent=root, start=1)
+    multi = traces.open("vector_db_retrieve MultiQuery", _lc_task("MultiQuery", "Which port?", [doc_a, doc_b]),
+                        parent=step, start=1)
+    part_a = traces.span("vector_db_retrieve Docs", _lc_task("Docs", "port number?", [doc_a]),
+                         parent=multi, start=2, end=3)
+    part_b = traces.span("vector_db_retrieve Docs", _lc_task("Docs", "which port for TLS?", [doc_b]),
+                         parent=multi, start=3, end=4)
+    traces.close(multi, 5)
+    traces.close(step, 5)
+    traces.close(root, 6)
+    stats = CaptureStats()
+    samples = extract_samples(traces.finished(), stats=stats)
+    assert [s.retrieval_span_id for s in samples] == [sid(multi), sid(part_a), sid(part_b)]
+    assert [s.sample.query for s in samples] == ["Which port?", "port number?", "which port for TLS?"]
+    assert stats.counts == {"nested_retrieval": 1}  # the RunnableParallel step
+
+
 def test_a_wrapper_and_its_inner_call_are_one_sample_on_the_outer_span(traces: Traces) -> None:
     """LlamaIndex under OpenInference: `retrieve` (documents) around `_retrieve` (a QueryBundle, no documents)."""
     root = traces.open("query")

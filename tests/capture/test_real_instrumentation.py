@@ -289,3 +289,79 @@ def test_langchain_structured_answer_through_a_tool_call(producer: str) -> None:
     assert (captured.sample.query, captured.sample.context_texts) == (QUESTION, CONTEXTS)
     assert captured.sample.response == "Two years."
     assert captured.convention == producer
+
+
+LANGCHAIN_INSTRUMENTORS = {
+    "openinference": ("openinference.instrumentation.langchain", "LangChainInstrumentor"),
+    "openllmetry": ("opentelemetry.instrumentation.langchain", "LangchainInstrumentor"),
+}
+WARRANTY = ["The warranty lasts two years from purchase.", "Warranty claims need the original receipt."]
+VARIANTS = ["warranty length?", "warranty receipt?"]
+
+
+@pytest.mark.parametrize("producer", sorted(LANGCHAIN_INSTRUMENTORS))
+def test_langchain_multi_query_retriever(producer: str) -> None:
+    """A multi-query retriever (what LangChain's MultiQueryRetriever does): a model writes query variants,
+    an inner retriever runs once per variant, the union goes to the answer model. Under either
+    instrumentor, the same three samples: the outer retrieval with the user's question and each inner one
+    with its variant, all paired with the answer model, none with the model that wrote the variants."""
+    pytest.importorskip("langchain_core")
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import RunnableLambda, RunnablePassthrough
+
+    rewriter = ChatPromptTemplate.from_template("Rewrite: {question}") | FakeListChatModel(
+        responses=["\n".join(VARIANTS)]) | StrOutputParser()
+
+    class Warranty(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            return [Document(page_content=text) for text in WARRANTY]
+
+    class MultiQuery(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            config = {"callbacks": run_manager.get_child()}
+            union: dict[str, Document] = {}
+            for variant in rewriter.invoke({"question": query}, config=config).splitlines():
+                for document in Warranty().invoke(variant, config=config):
+                    union.setdefault(document.page_content, document)
+            return list(union.values())
+
+    module, name = LANGCHAIN_INSTRUMENTORS[producer]
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = getattr(pytest.importorskip(module), name)()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        chain = (
+            {"context": MultiQuery() | RunnableLambda(lambda docs: "\n".join(d.page_content for d in docs)),
+             "question": RunnablePassthrough()}
+            | ChatPromptTemplate.from_template("Context: {context}\nQuestion: {question}")
+            | FakeListChatModel(responses=["Two years."])
+            | StrOutputParser()
+        )
+        assert chain.invoke(QUESTION) == "Two years."
+    finally:
+        instrumentor.uninstrument()
+    spans = list(exporter.get_finished_spans())
+    generations = [s for s in spans if span_role(s) == "generation"]
+    assert len(generations) == 2  # the rewriter and the answer model
+    answer_model = max(generations, key=lambda s: s.start_time or 0)
+    assert answer_model.context is not None
+    stats = CaptureStats()
+    samples = extract_samples(spans, stats=stats)
+    assert [(c.retriever.split()[-1], c.sample.query) for c in samples] == [
+        ("MultiQuery", QUESTION), ("Warranty", VARIANTS[0]), ("Warranty", VARIANTS[1])]
+    for captured in samples:
+        assert captured.sample.context_texts == WARRANTY
+        assert (captured.generation_span_id, captured.pairing) == (answer_model.context.span_id, "contexts")
+        assert captured.sample.response == "Two years."
+        assert captured.convention == producer
