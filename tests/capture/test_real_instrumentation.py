@@ -193,8 +193,8 @@ ANSWER_ARGUMENTS = {"answer": "Two years.", "citations": [0]}
 
 
 @contextmanager
-def _tool_answer_server() -> Iterator[str]:
-    """An OpenAI-compatible server on 127.0.0.1 whose every chat completion is an `Answer` tool call."""
+def _model_server(reply: dict[str, Any]) -> Iterator[str]:
+    """A model API on 127.0.0.1 that answers every POST with `reply`; yields its base URL (…/v1)."""
     from examples._chat_server import reply_json, serve
 
     class Handler(BaseHTTPRequestHandler):
@@ -203,17 +203,20 @@ def _tool_answer_server() -> Iterator[str]:
 
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            call = {"id": "call_1", "type": "function",
-                    "function": {"name": "Answer", "arguments": json.dumps(ANSWER_ARGUMENTS)}}
-            reply_json(self, {
-                "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "local-model",
-                "choices": [{"index": 0, "finish_reason": "tool_calls",
-                             "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
-                "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49},
-            })
+            reply_json(self, reply)
 
     with serve(Handler) as base_url:
         yield base_url
+
+
+_TOOL_CALL = {"id": "call_1", "type": "function",
+              "function": {"name": "Answer", "arguments": json.dumps(ANSWER_ARGUMENTS)}}
+OPENAI_TOOL_ANSWER = {  # a chat completion whose only output is an `Answer` tool call
+    "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "local-model",
+    "choices": [{"index": 0, "finish_reason": "tool_calls",
+                 "message": {"role": "assistant", "content": None, "tool_calls": [_TOOL_CALL]}}],
+    "usage": {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49},
+}
 
 
 # producer -> (module, instrumentor class, the scope its chat spans come from)
@@ -243,7 +246,7 @@ def test_openai_client_structured_answer_through_a_tool_call(producer: str, monk
     tracer = provider.get_tracer("rag-app")
     instrumentor.instrument(tracer_provider=provider)
     try:
-        with _tool_answer_server() as base_url, tracer.start_as_current_span("answer"):
+        with _model_server(OPENAI_TOOL_ANSWER) as base_url, tracer.start_as_current_span("answer"):
             client = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0)
             with retrieval_span(QUESTION, data_source="handbook", tracer=tracer) as retrieval:
                 retrieval.record(CONTEXTS)
@@ -365,3 +368,56 @@ def test_langchain_multi_query_retriever(producer: str) -> None:
         assert (captured.generation_span_id, captured.pairing) == (answer_model.context.span_id, "contexts")
         assert captured.sample.response == "Two years."
         assert captured.convention == producer
+
+
+ANTHROPIC_INSTRUMENTORS = {
+    "openinference": ("openinference.instrumentation.anthropic", "AnthropicInstrumentor"),
+    "openllmetry": ("opentelemetry.instrumentation.anthropic", "AnthropicInstrumentor"),
+}
+# Claude's content blocks: extended thinking (mentioning the return policy) before the text answer, or an
+# answer given as a tool_use block.
+ANTHROPIC_CONTENT = {
+    "thinking": [{"type": "thinking", "signature": "sig",
+                  "thinking": "Returns are accepted within 30 days, but the warranty lasts two years."},
+                 {"type": "text", "text": "Two years."}],
+    "tool_use": [{"type": "tool_use", "id": "toolu_1", "name": "Answer", "input": ANSWER_ARGUMENTS}],
+}
+
+
+@pytest.mark.parametrize("content", sorted(ANTHROPIC_CONTENT))
+@pytest.mark.parametrize("producer", sorted(ANTHROPIC_INSTRUMENTORS))
+def test_anthropic_client_thinking_and_tool_use_answers(producer: str, content: str) -> None:
+    """The Anthropic client under OpenInference and OpenLLMetry against a local Messages API: the response
+    is the text block, not the thinking before it, or the `answer` input of a tool_use block."""
+    anthropic = pytest.importorskip("anthropic")
+    package, name = ANTHROPIC_INSTRUMENTORS[producer]
+    instrumentor = getattr(pytest.importorskip(package), name)()
+    from ragtrace.instrument import retrieval_span
+
+    reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": "local-model",
+             "content": ANTHROPIC_CONTENT[content], "stop_reason": "end_turn", "stop_sequence": None,
+             "usage": {"input_tokens": 40, "output_tokens": 9}}
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("rag-app")
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        with _model_server(reply) as base_url, tracer.start_as_current_span("answer"):
+            client = anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key="not-needed", max_retries=0)
+            with retrieval_span(QUESTION, data_source="handbook", tracer=tracer) as retrieval:
+                retrieval.record(CONTEXTS)
+            message = client.messages.create(model="local-model", max_tokens=64, messages=[
+                {"role": "user", "content": "Context:\n" + "\n".join(CONTEXTS) + "\nQuestion: " + QUESTION}])
+            assert [block.type for block in message.content] == [b["type"] for b in ANTHROPIC_CONTENT[content]]
+    finally:
+        instrumentor.uninstrument()
+    spans = list(exporter.get_finished_spans())
+    [model_call] = [s for s in spans if span_role(s) == "generation"]
+    assert model_call.instrumentation_scope is not None and model_call.instrumentation_scope.name == package
+    stats = CaptureStats()
+    [captured] = extract_samples(spans, stats=stats)
+    assert (captured.sample.query, captured.sample.context_texts) == (QUESTION, CONTEXTS)
+    assert captured.sample.response == "Two years."
+    assert model_call.context is not None and captured.generation_span_id == model_call.context.span_id
+    assert not stats.counts
