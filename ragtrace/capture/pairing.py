@@ -8,8 +8,10 @@ instrumentor gave it (readers.classify), and a generation that wraps another one
 Pairing: a retrieval goes to the generation that consumed it, as its input shows. Among the
 generations that start at or after the retrieval ended, the one whose input (prompt, messages, template
 variables) quotes the largest share of the retrieved texts wins ("contexts"); when none quotes any, the
-one whose input quotes the retrieval's query ("query"); a generation no other retrieval has claimed
-breaks ties, so k retrievals and k generations, interleaved in any order, pair one to one. Only when no
+one whose input quotes the retrieval's query ("query"). Ties go to a generation that answered over one
+that only called tools (an agent's step that searches again quotes the first search's texts as fully as
+the final answer does), then to one no other retrieval has claimed, so k retrievals and k generations,
+interleaved in any order, pair one to one. Only when no
 input holds such evidence (content capture off, texts rewritten) does the time rule of attributes.md
 apply ("time"): the first generation that starts after the retrieval ended, preferring the closest in
 the tree (a sibling first; for nested frameworks the nearest common ancestor, which keeps concurrent
@@ -196,7 +198,7 @@ class _Trace:
         probes = [p for p in probes if len(p) >= MIN_EVIDENCE_CHARS]
         query = _probe(reading.query or "")
         distance = self.distance_from(retrieval)
-        best: tuple[tuple[float, bool, bool, float, float], _Node] | None = None
+        best: tuple[tuple[float, bool, bool, bool, float, float], _Node] | None = None
         for g in candidates:
             text = self.input_text(g, notes)
             if not text:
@@ -205,8 +207,8 @@ class _Trace:
             asked = len(query) >= MIN_EVIDENCE_CHARS and query in text
             if not quoted and not asked:
                 continue
-            key = (quoted / len(probes) if probes else 0.0, asked, g.span_id not in self.claimed,
-                   -distance(g), -float(g.sort_key[0]))
+            key = (quoted / len(probes) if probes else 0.0, asked, bool(self.answer(g, notes)),
+                   g.span_id not in self.claimed, -distance(g), -float(g.sort_key[0]))
             if best is None or key > best[0]:
                 best = (key, g)
         if best is not None:
@@ -231,6 +233,14 @@ class _Trace:
                 cached = ""
             self._responses[node.span_id] = cached
         return cached
+
+    def answer(self, node: _Node, notes: set[str]) -> str:
+        """A generation's answer; when the call recorded no text (content off), a wrapper's around it."""
+        found = self.response(node, self.limits, notes)
+        if not found:
+            around = self.wrappers.get(node.span_id, ())
+            found = next((text for w in around if (text := self.response(w, self.limits, notes))), "")
+        return found
 
     def query(
         self, reading: RetrievalReading, generation: _Node | None, limits: CaptureLimits, notes: set[str]
@@ -312,10 +322,7 @@ def _sample(
 ) -> CapturedSample | None:
     generation, rule, evidence = trace.pair(node, reading, notes)
     query, source = trace.query(reading, generation, limits, notes)
-    response = trace.response(generation, limits, notes) if generation is not None else ""
-    if not response and generation is not None:  # the call recorded no text (content off); a wrapper may have
-        around = trace.wrappers.get(generation.span_id, ())
-        response = next((text for w in around if (text := trace.response(w, limits, notes))), "")
+    response = trace.answer(generation, notes) if generation is not None else ""
     ground_truth = trace.ground_truth([node, generation, trace.root], notes)
     metadata: dict[str, Any] = {"query_source": source}
     if generation is not None:

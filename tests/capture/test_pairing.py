@@ -48,6 +48,30 @@ def test_two_retrievals_two_generations_pair_in_sequence(traces: Traces) -> None
     assert [s.sample.query for s in samples] == ["first?", "second?"]
 
 
+def test_a_step_that_only_called_a_tool_gives_way_to_the_answer_quoting_the_same_texts(traces: Traces) -> None:
+    """An agent searches, reads, searches again, answers: the second step's input quotes the first
+    search's texts as fully as the answer's does, but it only called a tool; the answer used them."""
+    first, second = "The warranty lasts two years.", "Claims need the original receipt."
+    history = [{"role": "user", "parts": [{"type": "text", "content": "warranty and claims?"}]},
+               {"role": "tool", "parts": [{"type": "text", "content": first}]}]
+    search_again = {"role": "assistant", "parts": [
+        {"type": "tool_call", "name": "search", "arguments": {"query": "warranty claims"}}]}
+    root = traces.open("agent")
+    r1 = traces.span("r1", _retrieval("warranty length", first), parent=root, start=1, end=2)
+    step = traces.span("step", {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(history),
+                                "gen_ai.output.messages": json.dumps([search_again])}, parent=root, start=3, end=4)
+    r2 = traces.span("r2", _retrieval("warranty claims", second), parent=root, start=5, end=6)
+    answer_input = [*history, search_again, {"role": "tool", "parts": [{"type": "text", "content": second}]}]
+    answer = traces.span("answer", {**_chat("Two years; keep the receipt."),
+                                    "gen_ai.input.messages": json.dumps(answer_input)}, parent=root, start=7, end=8)
+    traces.close(root, 9)
+    samples = extract_samples(traces.finished())
+    assert [(c.retrieval_span_id, c.generation_span_id) for c in samples] == [(sid(r1), sid(answer)),
+                                                                             (sid(r2), sid(answer))]
+    assert sid(step) not in {c.generation_span_id for c in samples}
+    assert [c.pairing for c in samples] == ["contexts", "contexts"]
+
+
 def test_two_retrievals_before_one_generation_share_it(traces: Traces) -> None:
     root = traces.open("rag")
     traces.span("r1", _retrieval("q", "a"), parent=root, start=1, end=2)

@@ -421,3 +421,66 @@ def test_anthropic_client_thinking_and_tool_use_answers(producer: str, content: 
     assert captured.sample.response == "Two years."
     assert model_call.context is not None and captured.generation_span_id == model_call.context.span_id
     assert not stats.counts
+
+
+@pytest.mark.parametrize("producer", sorted(LANGCHAIN_INSTRUMENTORS))
+def test_langchain_agent_searching_twice_with_a_retriever_tool(producer: str) -> None:
+    """An agent loop (what LangGraph's prebuilt agent runs): the model calls a retriever tool
+    (`create_retriever_tool`), reads the result, calls it again with another query, then answers. The step
+    that searched again quotes the first search's texts as fully as the answer does; both retrievals are
+    paired with the answer, the generation that used them, not with a step that only called a tool."""
+    pytest.importorskip("langchain_core")
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import RunnableLambda
+    from langchain_core.tools import create_retriever_tool
+
+    handbook = {"warranty length": WARRANTY[0], "warranty claim": WARRANTY[1]}
+
+    class Handbook(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            return [Document(page_content=handbook[query])]
+
+    searches = [AIMessage(content="", tool_calls=[{"name": "search_handbook", "args": {"query": q}, "id": f"call_{i}"}])
+                for i, q in enumerate(handbook)]
+    final = "Two years, and keep the receipt."
+    model = FakeMessagesListChatModel(responses=[*searches, AIMessage(content=final)])
+    search = create_retriever_tool(Handbook(), "search_handbook", "Search the product handbook.")
+
+    def agent(question: str) -> str:
+        messages: list[BaseMessage] = [HumanMessage(question)]
+        while True:
+            reply = model.invoke(messages)
+            messages.append(reply)
+            if not isinstance(reply, AIMessage) or not reply.tool_calls:
+                return str(reply.content)
+            messages.extend(search.invoke({**call, "type": "tool_call"}) for call in reply.tool_calls)
+
+    module, name = LANGCHAIN_INSTRUMENTORS[producer]
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = getattr(pytest.importorskip(module), name)()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        assert RunnableLambda(agent).invoke("How long is the warranty and how do I claim it?") == final
+    finally:
+        instrumentor.uninstrument()
+    spans = list(exporter.get_finished_spans())
+    steps = sorted((s for s in spans if span_role(s) == "generation"), key=lambda s: s.start_time or 0)
+    assert len(steps) == 3  # search, search again, answer
+    answer = steps[-1]
+    assert answer.context is not None
+    stats = CaptureStats()
+    samples = extract_samples(spans, stats=stats)
+    assert [(c.sample.query, c.sample.context_texts) for c in samples] == [
+        ("warranty length", [WARRANTY[0]]), ("warranty claim", [WARRANTY[1]])]
+    for captured in samples:
+        assert (captured.generation_span_id, captured.pairing) == (answer.context.span_id, "contexts")
+        assert captured.sample.response == final
+    assert not stats.counts
