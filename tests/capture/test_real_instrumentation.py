@@ -25,6 +25,22 @@ QUESTION = "How long is the warranty?"
 CONTEXTS = ["The warranty lasts two years.", "Returns are accepted within 30 days."]
 
 
+@contextmanager
+def _traced(instrumentor: Any) -> Iterator[tuple[TracerProvider, list[ReadableSpan]]]:
+    """A provider exporting to memory, instrumented by `instrumentor` for the block and uninstrumented after
+    it (even when it raised); the list holds the finished spans once the block has ended."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    finished: list[ReadableSpan] = []
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield provider, finished
+    finally:
+        instrumentor.uninstrument()
+    finished.extend(exporter.get_finished_spans())
+
+
 def _run_chain(
     instrumentor: Any, model: Any = None, parser: Any = None, output: Any = "Two years."
 ) -> list[ReadableSpan]:
@@ -44,11 +60,7 @@ def _run_chain(
         ) -> list[Document]:
             return [Document(page_content=text, metadata={"source": f"{i}.md"}) for i, text in enumerate(CONTEXTS)]
 
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    instrumentor.instrument(tracer_provider=provider)
-    try:
+    with _traced(instrumentor) as (_, spans):
         prompt = ChatPromptTemplate.from_template("Context: {context}\nQuestion: {question}")
         chain = (
             {"context": Handbook(), "question": RunnablePassthrough()}
@@ -57,9 +69,7 @@ def _run_chain(
             | (parser if parser is not None else StrOutputParser())
         )
         assert chain.invoke(QUESTION) == output
-    finally:
-        instrumentor.uninstrument()
-    return list(exporter.get_finished_spans())
+    return spans
 
 
 @pytest.fixture
@@ -149,19 +159,14 @@ def _run_dspy(adapter: str) -> list[ReadableSpan]:
             return self.answer(context=self.retrieve(question).passages, question=question)
 
     adapters = {"chat": dspy.ChatAdapter, "json": dspy.JSONAdapter, "xml": dspy.XMLAdapter}
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    instrumentor = module.DSPyInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        with local_chat_server({QUESTION: DSPY_COMPLETIONS[adapter]}) as base_url:
-            lm = dspy.LM("openai/local-model", api_base=base_url, api_key="not-needed", cache=False, num_retries=0)
-            with dspy.context(lm=lm, rm=handbook, adapter=adapters[adapter]()):
-                assert Rag()(question=QUESTION).answer == "Two years."
-    finally:
-        instrumentor.uninstrument()
-    return list(exporter.get_finished_spans())
+    with (
+        _traced(module.DSPyInstrumentor()) as (_, spans),
+        local_chat_server({QUESTION: DSPY_COMPLETIONS[adapter]}) as base_url,
+    ):
+        lm = dspy.LM("openai/local-model", api_base=base_url, api_key="not-needed", cache=False, num_retries=0)
+        with dspy.context(lm=lm, rm=handbook, adapter=adapters[adapter]()):
+            assert Rag()(question=QUESTION).answer == "Two years."
+    return spans
 
 
 @pytest.mark.parametrize("adapter", sorted(DSPY_COMPLETIONS))
@@ -240,35 +245,33 @@ def test_openai_client_structured_answer_through_a_tool_call(producer: str, monk
     from ragtrace.instrument import retrieval_span
 
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")  # openai-v2's content
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("rag-app")
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        with _model_server(OPENAI_TOOL_ANSWER) as base_url, tracer.start_as_current_span("answer"):
-            client = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0)
+    with _traced(instrumentor) as (provider, spans), _model_server(OPENAI_TOOL_ANSWER) as base_url:
+        tracer = provider.get_tracer("rag-app")
+        with tracer.start_as_current_span("answer"):
             with retrieval_span(QUESTION, data_source="handbook", tracer=tracer) as retrieval:
                 retrieval.record(CONTEXTS)
             answer_tool = {"type": "function", "function": {
                 "name": "Answer", "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}}}}
-            completion = client.chat.completions.create(
+            completion = openai.OpenAI(base_url=base_url, api_key="not-needed", max_retries=0).chat.completions.create(
                 model="local-model",
                 messages=[{"role": "system", "content": "Context:\n" + "\n".join(CONTEXTS)},
                           {"role": "user", "content": QUESTION}],
                 tools=[answer_tool], tool_choice={"type": "function", "function": {"name": "Answer"}},
             )
             assert completion.choices[0].message.content is None
-    finally:
-        instrumentor.uninstrument()
-    spans = list(exporter.get_finished_spans())
-    chat = next(s for s in spans if span_role(s) == "generation")
-    assert chat.instrumentation_scope is not None and chat.instrumentation_scope.name == scope
+    _assert_answered_after_helper_retrieval(spans, scope, "Two years.")
+
+
+def _assert_answered_after_helper_retrieval(spans: list[ReadableSpan], scope: str, response: str) -> None:
+    """One sample: the helper's retrieval, paired by its texts with the one model call (from `scope`),
+    whose response is `response`; nothing counted."""
+    [model_call] = [s for s in spans if span_role(s) == "generation"]
+    assert model_call.instrumentation_scope is not None and model_call.instrumentation_scope.name == scope
     stats = CaptureStats()
     [captured] = extract_samples(spans, stats=stats)
     assert (captured.sample.query, captured.sample.context_texts) == (QUESTION, CONTEXTS)
-    assert captured.sample.response == "Two years."
-    assert chat.context is not None and captured.generation_span_id == chat.context.span_id
+    assert captured.sample.response == response
+    assert model_call.context is not None and captured.generation_span_id == model_call.context.span_id
     assert captured.pairing == "contexts"
     assert not stats.counts
 
@@ -338,12 +341,7 @@ def test_langchain_multi_query_retriever(producer: str) -> None:
             return list(union.values())
 
     module, name = LANGCHAIN_INSTRUMENTORS[producer]
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    instrumentor = getattr(pytest.importorskip(module), name)()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
+    with _traced(getattr(pytest.importorskip(module), name)()) as (_, spans):
         chain = (
             {"context": MultiQuery() | RunnableLambda(lambda docs: "\n".join(d.page_content for d in docs)),
              "question": RunnablePassthrough()}
@@ -352,9 +350,6 @@ def test_langchain_multi_query_retriever(producer: str) -> None:
             | StrOutputParser()
         )
         assert chain.invoke(QUESTION) == "Two years."
-    finally:
-        instrumentor.uninstrument()
-    spans = list(exporter.get_finished_spans())
     generations = [s for s in spans if span_role(s) == "generation"]
     assert len(generations) == 2  # the rewriter and the answer model
     answer_model = max(generations, key=lambda s: s.start_time or 0)
@@ -397,30 +392,16 @@ def test_anthropic_client_thinking_and_tool_use_answers(producer: str, content: 
     reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": "local-model",
              "content": ANTHROPIC_CONTENT[content], "stop_reason": "end_turn", "stop_sequence": None,
              "usage": {"input_tokens": 40, "output_tokens": 9}}
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracer = provider.get_tracer("rag-app")
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        with _model_server(reply) as base_url, tracer.start_as_current_span("answer"):
-            client = anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key="not-needed", max_retries=0)
+    with _traced(instrumentor) as (provider, spans), _model_server(reply) as base_url:
+        tracer = provider.get_tracer("rag-app")
+        with tracer.start_as_current_span("answer"):
             with retrieval_span(QUESTION, data_source="handbook", tracer=tracer) as retrieval:
                 retrieval.record(CONTEXTS)
+            client = anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key="not-needed", max_retries=0)
             message = client.messages.create(model="local-model", max_tokens=64, messages=[
                 {"role": "user", "content": "Context:\n" + "\n".join(CONTEXTS) + "\nQuestion: " + QUESTION}])
             assert [block.type for block in message.content] == [b["type"] for b in ANTHROPIC_CONTENT[content]]
-    finally:
-        instrumentor.uninstrument()
-    spans = list(exporter.get_finished_spans())
-    [model_call] = [s for s in spans if span_role(s) == "generation"]
-    assert model_call.instrumentation_scope is not None and model_call.instrumentation_scope.name == package
-    stats = CaptureStats()
-    [captured] = extract_samples(spans, stats=stats)
-    assert (captured.sample.query, captured.sample.context_texts) == (QUESTION, CONTEXTS)
-    assert captured.sample.response == "Two years."
-    assert model_call.context is not None and captured.generation_span_id == model_call.context.span_id
-    assert not stats.counts
+    _assert_answered_after_helper_retrieval(spans, package, "Two years.")
 
 
 @pytest.mark.parametrize("producer", sorted(LANGCHAIN_INSTRUMENTORS))
@@ -462,16 +443,8 @@ def test_langchain_agent_searching_twice_with_a_retriever_tool(producer: str) ->
             messages.extend(search.invoke({**call, "type": "tool_call"}) for call in reply.tool_calls)
 
     module, name = LANGCHAIN_INSTRUMENTORS[producer]
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    instrumentor = getattr(pytest.importorskip(module), name)()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
+    with _traced(getattr(pytest.importorskip(module), name)()) as (_, spans):
         assert RunnableLambda(agent).invoke("How long is the warranty and how do I claim it?") == final
-    finally:
-        instrumentor.uninstrument()
-    spans = list(exporter.get_finished_spans())
     steps = sorted((s for s in spans if span_role(s) == "generation"), key=lambda s: s.start_time or 0)
     assert len(steps) == 3  # search, search again, answer
     answer = steps[-1]
