@@ -323,12 +323,11 @@ def response_from(value: Any, depth: int = 0) -> str | None:
 # own. DSPy's ChatAdapter writes `[[ ## answer ## ]]` headers; its XMLAdapter and many prompts use tags.
 _SECTION_HEADER = re.compile(r"^[ \t]*\[\[ ## (\w+) ## \]\][ \t]*$", re.MULTILINE)
 _TAGGED_FIELD = re.compile(r"\s*<(\w+)>(.*?)</\1>\s*", re.DOTALL)
-# Fields named for the answer, best first; fields that hold the model's working (or an end marker), which
-# is no part of what the app was told.
+# Fields named for the answer, best first; fields that hold the model's working, which is no part of what
+# the app was told. DSPy ends its sections with an empty `[[ ## completed ## ]]` marker.
 _ANSWER_FIELDS = ("answer", "final_answer", "response", "output", "result", "text", "content")
-_WORKING_FIELDS = frozenset(
-    {"reasoning", "rationale", "thinking", "thought", "thoughts", "scratchpad", "analysis", "completed"}
-)
+_WORKING_FIELDS = frozenset({"reasoning", "rationale", "thinking", "thought", "thoughts", "scratchpad"})
+_END_MARKER = "completed"
 
 
 def _sections(text: str) -> dict[str, str] | None:
@@ -337,7 +336,10 @@ def _sections(text: str) -> dict[str, str] | None:
     if not headers or text[: headers[0].start()].strip():
         return None
     ends = [h.start() for h in headers[1:]] + [len(text)]
-    return {h.group(1): text[h.end() : end].strip() for h, end in zip(headers, ends, strict=True)}
+    fields = {h.group(1): text[h.end() : end].strip() for h, end in zip(headers, ends, strict=True)}
+    if not fields.get(_END_MARKER):
+        fields.pop(_END_MARKER, None)
+    return fields
 
 
 def _tagged(text: str) -> dict[str, str] | None:

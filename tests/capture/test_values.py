@@ -23,6 +23,7 @@ REASONED = "Returns take 30 days; the warranty is two years."
         (f"[[ ## rationale ## ]]\n{REASONED}\n\n[[ ## summary ## ]]\nTwo years.\n\n[[ ## completed ## ]]",
          "Two years."),
         ("[[ ## title ## ]]\nWarranty\n\n[[ ## body ## ]]\nTwo years.", "Warranty\n\nTwo years."),
+        ("[[ ## analysis ## ]]\nTwo years.\n\n[[ ## completed ## ]]", "Two years."),  # a field, not working
         # JSON mode: the answer field, or what is left once the reasoning is set apart
         (json.dumps({"reasoning": REASONED, "answer": "Two years."}), "Two years."),
         (json.dumps({"Answer": "Two years.", "sources": [1, 2]}), "Two years."),
