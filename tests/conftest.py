@@ -1,7 +1,10 @@
-"""The real servers the tests run against live in tests/servers/; their fixtures are registered here."""
+"""The real servers the tests run against live in tests/servers/; their fixtures are registered here, with a
+guard every test gets against an instrumentation patch an earlier test left behind."""
 
 import os
+import sys
 
+import pytest
 from hypothesis import settings
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -11,3 +14,18 @@ settings.register_profile("ragtrace", database=None)
 settings.load_profile("ragtrace")
 
 pytest_plugins = ["tests.servers.judge", "tests.servers.otlp"]
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_openllmetry_patch() -> None:
+    """Undo an OpenLLMetry LangChain patch another test left behind: opentelemetry-instrumentation-langchain
+    0.62.4's uninstrument() does not unwrap it, and a stale handler would send our spans to its provider."""
+    callbacks = sys.modules.get("langchain_core.callbacks")
+    if callbacks is None:
+        return
+    manager = callbacks.BaseCallbackManager
+    init = original = manager.__dict__["__init__"]
+    while type(getattr(init, "_self_wrapper", None)).__name__ == "_BaseCallbackManagerInitWrapper":
+        init = init.__wrapped__
+    if init is not original:
+        manager.__init__ = init

@@ -6,6 +6,7 @@ OpenLLMetry and early GenAI instrumentations still write on LLM spans.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -27,6 +28,7 @@ from ragtrace.capture.values import (
     messages_of,
     parse_json,
     plain,
+    tool_call_answer,
 )
 from ragtrace.scoring import Document
 
@@ -158,11 +160,29 @@ def user_message(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes:
     return found
 
 
+def _tool_call_arguments(messages: list[Any], completions: list[dict[str, Any]]) -> Iterator[Any]:
+    """Arguments of the tool calls among output messages: `tool_call` parts, or the older flattened
+    `gen_ai.completion.{i}.tool_calls.{j}.arguments`."""
+    for message in messages:
+        parts = message.get("parts") if isinstance(message, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            if isinstance(part, dict) and part.get("type") == "tool_call":
+                yield part.get("arguments")
+    for completion in completions:
+        for call in indexed(completion, "tool_calls."):
+            yield call.get("arguments")
+
+
 def read_response(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> str:
-    response = first_assistant_text(_messages(span, attrs, OUTPUT_MESSAGES, limits, notes))
+    """The first assistant text; else an answer given as tool-call arguments (structured output)."""
+    messages = _messages(span, attrs, OUTPUT_MESSAGES, limits, notes)
+    response = as_text(first_assistant_text(messages))
+    completions = indexed(attrs, "gen_ai.completion.")
     if response is None:
-        for group in indexed(attrs, "gen_ai.completion."):
-            response = content_text(group.get("content"))
+        for group in completions:
+            response = as_text(content_text(group.get("content")))
             if response is not None:
                 break
+    if response is None:
+        response = tool_call_answer(_tool_call_arguments(messages, completions), limits)
     return response or ""

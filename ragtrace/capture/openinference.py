@@ -19,6 +19,7 @@ from ragtrace.capture.values import (
     query_from,
     response_from,
     role_name,
+    tool_call_answer,
 )
 from ragtrace.scoring import Document
 
@@ -29,6 +30,8 @@ OUTPUT_VALUE = "output.value"
 INPUT_MESSAGES_PREFIX = "llm.input_messages."
 OUTPUT_MESSAGES_PREFIX = "llm.output_messages."
 PROMPT_TEMPLATE = "llm.prompt_template.template"
+TOOL_CALLS_PREFIX = "message.tool_calls."  # within one output message
+TOOL_CALL_ARGUMENTS = "tool_call.function.arguments"
 # Signs that a model ran: what it said, which model it was, what it cost. A span tagged LLM that has a
 # prompt template and none of these rendered a prompt (Haystack's PromptBuilder) and is no generation.
 MODEL_SIGNS = (
@@ -106,12 +109,17 @@ def user_message(attrs: Attrs) -> str | None:
 
 
 def read_response(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> str:
+    """The first assistant text; else an answer given as tool-call arguments; else `output.value`."""
     response: str | None = None
-    for group in indexed(attrs, OUTPUT_MESSAGES_PREFIX):
+    messages = indexed(attrs, OUTPUT_MESSAGES_PREFIX)
+    for group in messages:
         if role_name(group.get("message.role", "assistant")) in ("assistant", "ai", "model"):
-            response = _message_text(group)
+            response = as_text(_message_text(group))
             if response is not None:
                 break
+    if response is None:
+        calls = (call.get(TOOL_CALL_ARGUMENTS) for group in messages for call in indexed(group, TOOL_CALLS_PREFIX))
+        response = tool_call_answer(calls, limits)
     if response is None:
         value = attrs.get(OUTPUT_VALUE)
         if isinstance(value, str):

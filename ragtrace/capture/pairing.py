@@ -8,8 +8,10 @@ instrumentor gave it (readers.classify), and a generation that wraps another one
 Pairing: a retrieval goes to the generation that consumed it, as its input shows. Among the
 generations that start at or after the retrieval ended, the one whose input (prompt, messages, template
 variables) quotes the largest share of the retrieved texts wins ("contexts"); when none quotes any, the
-one whose input quotes the retrieval's query ("query"); a generation no other retrieval has claimed
-breaks ties, so k retrievals and k generations, interleaved in any order, pair one to one. Only when no
+one whose input quotes the retrieval's query ("query"). Ties go to a generation that answered over one
+that only called tools (an agent's step that searches again quotes the first search's texts as fully as
+the final answer does), then to one no other retrieval has claimed, so k retrievals and k generations,
+interleaved in any order, pair one to one. Only when no
 input holds such evidence (content capture off, texts rewritten) does the time rule of attributes.md
 apply ("time"): the first generation that starts after the retrieval ended, preferring the closest in
 the tree (a sibling first; for nested frameworks the nearest common ancestor, which keeps concurrent
@@ -196,7 +198,7 @@ class _Trace:
         probes = [p for p in probes if len(p) >= MIN_EVIDENCE_CHARS]
         query = _probe(reading.query or "")
         distance = self.distance_from(retrieval)
-        best: tuple[tuple[float, bool, bool, float, float], _Node] | None = None
+        best: tuple[tuple[float, bool, bool, bool, float, float], _Node] | None = None
         for g in candidates:
             text = self.input_text(g, notes)
             if not text:
@@ -205,8 +207,8 @@ class _Trace:
             asked = len(query) >= MIN_EVIDENCE_CHARS and query in text
             if not quoted and not asked:
                 continue
-            key = (quoted / len(probes) if probes else 0.0, asked, g.span_id not in self.claimed,
-                   -distance(g), -float(g.sort_key[0]))
+            key = (quoted / len(probes) if probes else 0.0, asked, bool(self.answer(g, notes)),
+                   g.span_id not in self.claimed, -distance(g), -float(g.sort_key[0]))
             if best is None or key > best[0]:
                 best = (key, g)
         if best is not None:
@@ -231,6 +233,14 @@ class _Trace:
                 cached = ""
             self._responses[node.span_id] = cached
         return cached
+
+    def answer(self, node: _Node, notes: set[str]) -> str:
+        """A generation's answer; when the call recorded no text (content off), a wrapper's around it."""
+        found = self.response(node, self.limits, notes)
+        if not found:
+            around = self.wrappers.get(node.span_id, ())
+            found = next((text for w in around if (text := self.response(w, self.limits, notes))), "")
+        return found
 
     def query(
         self, reading: RetrievalReading, generation: _Node | None, limits: CaptureLimits, notes: set[str]
@@ -312,10 +322,7 @@ def _sample(
 ) -> CapturedSample | None:
     generation, rule, evidence = trace.pair(node, reading, notes)
     query, source = trace.query(reading, generation, limits, notes)
-    response = trace.response(generation, limits, notes) if generation is not None else ""
-    if not response and generation is not None:  # the call recorded no text (content off); a wrapper may have
-        around = trace.wrappers.get(generation.span_id, ())
-        response = next((text for w in around if (text := trace.response(w, limits, notes))), "")
+    response = trace.answer(generation, notes) if generation is not None else ""
     ground_truth = trace.ground_truth([node, generation, trace.root], notes)
     metadata: dict[str, Any] = {"query_source": source}
     if generation is not None:
@@ -379,6 +386,11 @@ def _strength(node: _Node, reading: RetrievalReading) -> int:
     return 1 if openllmetry.is_named_retriever(node.span, attrs_of(node.span)) else 0
 
 
+# From this strength on a span is a retrieval in its instrumentor's own words (a RETRIEVER / retrieval span, a
+# vector-DB query, a task its instrumentor named for a retriever callback), not a chain step passing documents on.
+SURE_RETRIEVAL = 1
+
+
 def _same_retrieval(inner: RetrievalReading, outer: RetrievalReading) -> bool:
     """A wrapper and its inner call: the same query (or one unknown), and one's texts a subset of the other's."""
     if inner.query is not None and outer.query is not None and inner.query.strip() != outer.query.strip():
@@ -394,8 +406,9 @@ def _drop_nested(trace: _Trace, read: _Read, stats: CaptureStats) -> None:
     LangChain's RunnableAssign > RunnableParallel > retriever, a vector-DB client span under them. Of
     two nested retrieval spans, the one that is more surely the retrieval stays (`_strength`); of two
     equally sure, the outer one (what the app got back), unless it shows no documents and the inner one
-    does. Two explicit (GenAI / OpenInference) retrievals are one only when they share the query and one's
-    texts are a subset of the other's: a fusion retriever and its parts are distinct retrievals. The kept
+    does. Two spans that are each surely a retrieval (explicit, a vector-DB query, a task named for a
+    retriever) are one only when they share the query and one's texts are a subset of the other's: a fusion or
+    multi-query retriever and its parts are distinct retrievals, whichever instrumentor recorded them. The kept
     span inherits a dropped one's query when it has none; a dropped span is no sample and gets no status.
     """
     dropped: dict[int, int] = {}  # dropped span id -> the span id it lost to
@@ -404,9 +417,9 @@ def _drop_nested(trace: _Trace, read: _Read, stats: CaptureStats) -> None:
             if up not in read:
                 continue
             outer_node, outer = read[up][0], read[up][1]
-            if reading.explicit and outer.explicit and not _same_retrieval(reading, outer):
-                continue
             inner_rank, outer_rank = _strength(node, reading), _strength(outer_node, outer)
+            if min(inner_rank, outer_rank) >= SURE_RETRIEVAL and not _same_retrieval(reading, outer):
+                continue
             if inner_rank == outer_rank:
                 keep_inner = not outer.documents and bool(reading.documents)
             else:

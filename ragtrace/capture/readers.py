@@ -16,6 +16,7 @@ from ragtrace.capture.values import (
     CaptureLimits,
     RetrievalReading,
     Skip,
+    answer_text,
     attrs_of,
     maybe_json,
     query_from,
@@ -105,11 +106,12 @@ def read_retrieval(span: ReadableSpan, shape: str, limits: CaptureLimits, notes:
 
 
 def read_response(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str]) -> str:
-    """The answer a generation span gave ("" when it recorded none)."""
+    """The answer a generation span gave ("" when it recorded none); out of a structured completion
+    (JSON, DSPy's `[[ ## answer ## ]]` fields), the answer field the app was handed."""
     attrs = attrs_of(span)
     if shape == "openinference":
-        return openinference.read_response(span, attrs, limits, notes)
-    return genai.read_response(span, attrs, limits, notes)
+        return answer_text(openinference.read_response(span, attrs, limits, notes), limits)
+    return answer_text(genai.read_response(span, attrs, limits, notes), limits)
 
 
 def read_user_message(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str]) -> str | None:

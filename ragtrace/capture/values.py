@@ -7,8 +7,10 @@ instead of letting a bad value escape as an exception.
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -314,6 +316,100 @@ def response_from(value: Any, depth: int = 0) -> str | None:
         if isinstance(value[0], dict) and ("role" in value[0] or "parts" in value[0]):
             return first_assistant_text(value)
         return response_from(value[0], depth + 1)
+    return None
+
+
+# Structured model output: the fields a framework asked the model to fill, each under a marker of its
+# own. DSPy's ChatAdapter writes `[[ ## answer ## ]]` headers; its XMLAdapter and many prompts use tags.
+_SECTION_HEADER = re.compile(r"^[ \t]*\[\[ ## (\w+) ## \]\][ \t]*$", re.MULTILINE)
+_TAGGED_FIELD = re.compile(r"\s*<(\w+)>(.*?)</\1>\s*", re.DOTALL)
+# Fields named for the answer, best first; fields that hold the model's working, which is no part of what
+# the app was told. DSPy ends its sections with an empty `[[ ## completed ## ]]` marker.
+_ANSWER_FIELDS = ("answer", "final_answer", "response", "output", "result", "text", "content")
+_WORKING_FIELDS = frozenset({"reasoning", "rationale", "thinking", "thought", "thoughts", "scratchpad"})
+_END_MARKER = "completed"
+
+
+def _sections(text: str) -> dict[str, str] | None:
+    """`[[ ## name ## ]]`-headed fields, when the text is nothing but such fields."""
+    headers = list(_SECTION_HEADER.finditer(text))
+    if not headers or text[: headers[0].start()].strip():
+        return None
+    ends = [h.start() for h in headers[1:]] + [len(text)]
+    fields = {h.group(1): text[h.end() : end].strip() for h, end in zip(headers, ends, strict=True)}
+    if not fields.get(_END_MARKER):
+        fields.pop(_END_MARKER, None)
+    return fields
+
+
+def _tagged(text: str) -> dict[str, str] | None:
+    """`<name>...</name>` fields, when the text is nothing but such fields."""
+    fields: dict[str, str] = {}
+    position = 0
+    while position < len(text):
+        match = _TAGGED_FIELD.match(text, position)
+        if match is None or match.end() == position:
+            return None
+        fields.setdefault(match.group(1), html.unescape(match.group(2).strip()))  # XML escapes `<` and `&`
+        position = match.end()
+    return fields or None
+
+
+def _named_answer(lowered: Mapping[str, Any]) -> str | None:
+    for name in _ANSWER_FIELDS:
+        found = as_text(lowered.get(name))
+        if found is not None:
+            return found
+    return None
+
+
+def _answer_field(fields: Mapping[str, Any], protocol: bool) -> str | None:
+    """The answer among a structured output's fields: the field named for it; else, when the model's
+    working is set apart (or the fields follow a framework's protocol), the other text fields in order;
+    None when neither (a JSON document or HTML that is itself the answer)."""
+    lowered = {str(k).lower(): v for k, v in fields.items()}
+    found = _named_answer(lowered)
+    if found is not None:
+        return found
+    if not protocol and _WORKING_FIELDS.isdisjoint(lowered):
+        return None  # plain JSON data: the model's answer is the document itself
+    rest = [v for k, v in lowered.items() if k not in _WORKING_FIELDS and as_text(v) is not None]
+    return "\n\n".join(rest) if rest else None
+
+
+def answer_text(text: str, limits: CaptureLimits) -> str:
+    """What a model told the app, out of the structured output it wrote: the answer field of a JSON object,
+    of `[[ ## field ## ]]` sections or of `<field>` tags, without its reasoning; any other text unchanged.
+
+    Frameworks that ask for fields (DSPy, JSON mode, tagged prompts) parse the answer out of the completion
+    and hand the app that, so the judge is given that too: a chain of thought quoting every context would
+    otherwise read as a use of every context.
+    """
+    stripped = text.strip()
+    found: str | None = None
+    if stripped.startswith("{"):
+        parsed = maybe_json(stripped, limits)
+        if isinstance(parsed, dict):
+            found = _answer_field(parsed, protocol=False)
+    elif len(stripped) > limits.max_json_chars:  # the same bound on the worker's time as for JSON
+        return text
+    elif "[[ ## " in stripped and (sections := _sections(stripped)):  # a framework's own protocol
+        found = _answer_field(sections, protocol=True)
+    elif stripped.startswith("<") and (tags := _tagged(stripped)):  # tags may also be plain HTML
+        found = _answer_field(tags, protocol=False)
+    return found if found is not None else text
+
+
+def tool_call_answer(arguments: Iterable[Any], limits: CaptureLimits) -> str | None:
+    """The answer a model gave through a tool call (structured output: LangChain's `with_structured_output`,
+    instructor, a forced `Answer` tool): the first call's argument named for the answer. Arguments are
+    objects or JSON text. Calls without such an argument (an agent asking a search tool) give None."""
+    for value in arguments:
+        parsed = maybe_json(value, limits) if isinstance(value, str) else plain(value)
+        if isinstance(parsed, dict):
+            found = _named_answer({str(k).lower(): v for k, v in parsed.items()})
+            if found is not None:
+                return found
     return None
 
 

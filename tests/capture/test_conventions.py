@@ -89,6 +89,30 @@ def test_genai_older_prompt_completion_attributes(traces: Traces) -> None:
     assert captured.retriever == "retrieve"
 
 
+def test_genai_older_completion_answering_through_a_tool_call(traces: Traces) -> None:
+    """OpenLLMetry before `gen_ai.output.messages` flattened tool calls too: a structured answer is the
+    call's answer argument."""
+    root = traces.open("rag")
+    traces.span(
+        "retrieve", {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.query.text": "what is alpha?",
+                     "gen_ai.retrieval.documents": genai_docs(("a", "alpha", 1.0))},
+        parent=root, start=1, end=2,
+    )
+    traces.span(
+        "openai.chat",
+        {
+            "llm.request.type": "chat",
+            "gen_ai.completion.0.role": "assistant", "gen_ai.completion.0.content": "",
+            "gen_ai.completion.0.tool_calls.0.name": "Answer",
+            "gen_ai.completion.0.tool_calls.0.arguments": json.dumps({"answer": "The first letter."}),
+        },
+        parent=root, start=3, end=4,
+    )
+    traces.close(root, 5)
+    [captured] = extract_samples(traces.finished())
+    assert captured.sample.response == "The first letter."
+
+
 def test_genai_documents_as_string_sequence_and_details_event(traces: Traces) -> None:
     root = traces.open("rag")
     traces.span(

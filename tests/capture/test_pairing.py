@@ -48,6 +48,30 @@ def test_two_retrievals_two_generations_pair_in_sequence(traces: Traces) -> None
     assert [s.sample.query for s in samples] == ["first?", "second?"]
 
 
+def test_a_step_that_only_called_a_tool_gives_way_to_the_answer_quoting_the_same_texts(traces: Traces) -> None:
+    """An agent searches, reads, searches again, answers: the second step's input quotes the first
+    search's texts as fully as the answer's does, but it only called a tool; the answer used them."""
+    first, second = "The warranty lasts two years.", "Claims need the original receipt."
+    history = [{"role": "user", "parts": [{"type": "text", "content": "warranty and claims?"}]},
+               {"role": "tool", "parts": [{"type": "text", "content": first}]}]
+    search_again = {"role": "assistant", "parts": [
+        {"type": "tool_call", "name": "search", "arguments": {"query": "warranty claims"}}]}
+    root = traces.open("agent")
+    r1 = traces.span("r1", _retrieval("warranty length", first), parent=root, start=1, end=2)
+    step = traces.span("step", {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(history),
+                                "gen_ai.output.messages": json.dumps([search_again])}, parent=root, start=3, end=4)
+    r2 = traces.span("r2", _retrieval("warranty claims", second), parent=root, start=5, end=6)
+    answer_input = [*history, search_again, {"role": "tool", "parts": [{"type": "text", "content": second}]}]
+    answer = traces.span("answer", {**_chat("Two years; keep the receipt."),
+                                    "gen_ai.input.messages": json.dumps(answer_input)}, parent=root, start=7, end=8)
+    traces.close(root, 9)
+    samples = extract_samples(traces.finished())
+    assert [(c.retrieval_span_id, c.generation_span_id) for c in samples] == [(sid(r1), sid(answer)),
+                                                                             (sid(r2), sid(answer))]
+    assert sid(step) not in {c.generation_span_id for c in samples}
+    assert [c.pairing for c in samples] == ["contexts", "contexts"]
+
+
 def test_two_retrievals_before_one_generation_share_it(traces: Traces) -> None:
     root = traces.open("rag")
     traces.span("r1", _retrieval("q", "a"), parent=root, start=1, end=2)
@@ -309,6 +333,29 @@ def test_explicit_retrieval_wins_over_a_wrapping_task_and_a_fusion_retrievers_pa
     samples = extract_samples(traces.finished(), stats=stats)
     assert sorted(s.retrieval_span_id for s in samples) == sorted([sid(fusion), sid(part_a), sid(part_b)])
     assert stats.counts == {"nested_retrieval": 1}
+
+
+def test_named_retriever_tasks_with_their_own_queries_are_distinct_retrievals(traces: Traces) -> None:
+    """A multi-query retriever under OpenLLMetry: its parts are retriever tasks too, asked other queries, so
+    they are kept as under OpenInference; a task that only passes the documents on is still a layer."""
+    doc_a, doc_b = {"page_content": "Port 8080."}, {"page_content": "TLS on 443."}
+    root = traces.open("root")
+    step = traces.open("RunnableParallel<context>.task", _lc_task("RunnableParallel<context>", "Which port?",
+                                                                  {"context": [doc_a, doc_b]}), parent=root, start=1)
+    multi = traces.open("vector_db_retrieve MultiQuery", _lc_task("MultiQuery", "Which port?", [doc_a, doc_b]),
+                        parent=step, start=1)
+    part_a = traces.span("vector_db_retrieve Docs", _lc_task("Docs", "port number?", [doc_a]),
+                         parent=multi, start=2, end=3)
+    part_b = traces.span("vector_db_retrieve Docs", _lc_task("Docs", "which port for TLS?", [doc_b]),
+                         parent=multi, start=3, end=4)
+    traces.close(multi, 5)
+    traces.close(step, 5)
+    traces.close(root, 6)
+    stats = CaptureStats()
+    samples = extract_samples(traces.finished(), stats=stats)
+    assert [s.retrieval_span_id for s in samples] == [sid(multi), sid(part_a), sid(part_b)]
+    assert [s.sample.query for s in samples] == ["Which port?", "port number?", "which port for TLS?"]
+    assert stats.counts == {"nested_retrieval": 1}  # the RunnableParallel step
 
 
 def test_a_wrapper_and_its_inner_call_are_one_sample_on_the_outer_span(traces: Traces) -> None:

@@ -33,18 +33,3 @@ def load_example(name: str, *requires: str) -> ModuleType:
     if str(EXAMPLES) not in sys.path:
         sys.path.insert(0, str(EXAMPLES))  # the examples import their siblings (_pipeline, langchain_app)
     return importlib.import_module(name)
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_openllmetry_patch() -> None:
-    """Undo an OpenLLMetry LangChain patch another test left behind: opentelemetry-instrumentation-langchain
-    0.62.4's uninstrument() does not unwrap it, and a stale handler would send our spans to its provider."""
-    callbacks = sys.modules.get("langchain_core.callbacks")
-    if callbacks is None:
-        return
-    manager = callbacks.BaseCallbackManager
-    init = original = manager.__dict__["__init__"]
-    while type(getattr(init, "_self_wrapper", None)).__name__ == "_BaseCallbackManagerInitWrapper":
-        init = init.__wrapped__
-    if init is not original:
-        manager.__init__ = init
