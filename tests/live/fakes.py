@@ -1,8 +1,8 @@
 """Test helpers for the live pipeline: a scripted Judge and real-tracer RAG trace builders.
 
 The judge implements the Judge protocol; its behaviour per sample is scripted by the query's prefix
-(`fast:`, `slow:`, `hang:`, `timeout:`, `error:`, `invalid:`, `crash:`), so one trace can be slow and the
-next one fail, as on live traffic.
+(`fast:`, `slow:`, `hang:`, `timeout:`, `error:`, `invalid:`, `crash:`, `exit:`, `interrupt:`), so one
+trace can be slow and the next one fail, as on live traffic.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, Verdicts
 
-BEHAVIOURS = ("fast", "slow", "hang", "timeout", "error", "invalid", "crash")
+BEHAVIOURS = ("fast", "slow", "hang", "timeout", "error", "invalid", "crash", "exit", "interrupt")
 
 
 class ScriptedJudge(PerProcessState):
@@ -70,6 +70,10 @@ class ScriptedJudge(PerProcessState):
             raise JudgeInvalidOutput("judge answer failed validation twice", usage)
         elif kind == "crash":
             raise RuntimeError("judge bug")
+        elif kind == "exit":  # a library that calls sys.exit() on an error it cannot handle
+            raise SystemExit(2)
+        elif kind == "interrupt":
+            raise KeyboardInterrupt
         contexts = [
             ContextVerdict(index=i, useful="good" in d.content, level="high" if "good" in d.content else "none",
                            used="good" in d.content, reason="scripted")
