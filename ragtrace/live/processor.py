@@ -61,6 +61,11 @@ class ProcessorSink:
         self._forward()
         return bool(self._waiting)
 
+    @property
+    def waiting(self) -> int:
+        """Released spans waiting for room in the wrapped processor's queue (they go on first)."""
+        return len(self._waiting)
+
     def _forward(self) -> None:
         waiting = self._waiting
         room = batch_queue_room(self.processor)
@@ -109,7 +114,8 @@ class RagScoringSpanProcessor(ScoringFace, SpanProcessor):
     def __init__(self, exporting: SpanProcessor, *, judge: Judge, **options: Any) -> None:
         self.exporting = exporting
         scoring_options = ScoringOptions(judge=judge, **options)
-        self.scoring = LiveScoring(scoring_options, ProcessorSink(exporting, scoring_options.max_held_spans))
+        self.sink = ProcessorSink(exporting, scoring_options.max_held_spans)
+        self.scoring = LiveScoring(scoring_options, self.sink)
         self._holds = self.scoring.admission.holds
         self.forwards_start = getattr(type(exporting), "on_start", None) not in _DOES_NOTHING
         self.forwards_ending = getattr(type(exporting), "_on_ending", None) not in _DOES_NOTHING
