@@ -62,6 +62,11 @@ class ProcessorSink:
         self._forward()
         return bool(self._waiting)
 
+    def after_fork(self) -> None:
+        """The parent hands on what waits here (the SDK's BatchSpanProcessor empties its queue in a
+        forked child, for the same reason)."""
+        self._waiting = deque()
+
     @property
     def waiting(self) -> int:
         """Released spans waiting for room in the wrapped processor's queue (they go on first)."""

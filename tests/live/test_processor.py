@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import select
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -14,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, set_span_in_context
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags, set_span_in_context
 
 from ragtrace.capture import CapturedSample
 from ragtrace.live.processor import RagScoringSpanProcessor
@@ -22,6 +24,7 @@ from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision
 from tests.live.fakes import (
     Counting,
+    CountingExporter,
     CountingProcessor,
     Rig,
     ScriptedJudge,
@@ -677,3 +680,37 @@ def test_a_flush_returns_in_time_while_the_exporter_hangs_and_loses_nothing() ->
         provider.shutdown()
         endpoint.close()
     assert sorted(endpoint.span_ids) == sorted(ids)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_released_spans_waiting_for_room_at_a_fork_are_the_parents_to_export() -> None:
+    # A queue that nothing drains (no full batch, no schedule): of a released trace of 10 spans, 4 fit (half
+    # the queue stays free for the app) and 6 wait in the sink for room. The SDK's BatchSpanProcessor
+    # empties its queue in a forked child; what waits in front of it is the parent's to hand on, too.
+    out = CountingExporter()
+    batching = BatchSpanProcessor(out, max_queue_size=8, max_export_batch_size=8, schedule_delay_millis=60_000)
+    proc = RagScoringSpanProcessor(batching, judge=ScriptedJudge(), sampler=Sampler(rate=0.0))
+    released = [ReadableSpan(name=f"released {i}", context=SpanContext(7, 100 + i, False, TraceFlags(1)))
+                for i in range(10)]
+    proc.sink.emit(released)
+    assert proc.sink.waiting == 6
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            tracer = provider_with(proc).get_tracer("child")
+            ids = plain_trace(tracer)
+            ok = proc.force_flush(5000) and sorted(out.ids()) == sorted(ids)  # none of the parent's
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    answered, _, _ = select.select([read], [], [], 30)
+    if not answered:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert answered and os.read(read, 1) == b"1", "the child hung or exported the parent's released spans"
+    assert proc.force_flush(5000)
+    assert sorted(out.ids()) == sorted(s.context.span_id for s in released if s.context is not None)
+    proc.shutdown()
