@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import select
+import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from opentelemetry import context as otel_context
@@ -312,3 +315,30 @@ class Rig:
 
     def close(self) -> None:
         self.provider.shutdown()
+
+
+def fork_running(check: Callable[[], bool]) -> tuple[int, int]:
+    """Fork; the child runs `check`, reports its verdict on a pipe and exits. (pid, read end) for
+    `child_verdict`."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            ok = check()
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    return pid, read
+
+
+def child_verdict(pid: int, read: int, timeout: float = 30.0) -> bool:
+    """The verdict of a child `fork_running` started; a child that hangs is killed and fails."""
+    answered, _, _ = select.select([read], [], [], timeout)
+    if not answered:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    verdict = bool(answered) and os.read(read, 1) == b"1"
+    os.close(read)
+    return verdict

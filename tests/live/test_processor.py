@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import select
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +26,9 @@ from tests.live.fakes import (
     CountingProcessor,
     Rig,
     ScriptedJudge,
+    child_verdict,
     documents,
+    fork_running,
     open_rag_trace,
     output_messages,
     plain_trace,
@@ -694,23 +694,12 @@ def test_released_spans_waiting_for_room_at_a_fork_are_the_parents_to_export() -
                 for i in range(10)]
     proc.sink.emit(released)
     assert proc.sink.waiting == 6
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        ok = False
-        try:
-            tracer = provider_with(proc).get_tracer("child")
-            ids = plain_trace(tracer)
-            ok = proc.force_flush(5000) and sorted(out.ids()) == sorted(ids)  # none of the parent's
-        finally:
-            os.write(write, b"1" if ok else b"0")
-            os._exit(0)
-    os.close(write)
-    answered, _, _ = select.select([read], [], [], 30)
-    if not answered:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    assert answered and os.read(read, 1) == b"1", "the child hung or exported the parent's released spans"
+
+    def in_the_child() -> bool:
+        ids = plain_trace(provider_with(proc).get_tracer("child"))
+        return proc.force_flush(5000) and sorted(out.ids()) == sorted(ids)  # none of the parent's
+
+    assert child_verdict(*fork_running(in_the_child)), "the child hung or exported the parent's released spans"
     assert proc.force_flush(5000)
     assert sorted(out.ids()) == sorted(s.context.span_id for s in released if s.context is not None)
     proc.shutdown()
