@@ -95,8 +95,13 @@ class BadRequest(ValueError):
         self.status = status
 
 
+class RetryLater(Exception):
+    """A request the gateway cannot take now without dropping spans (its next hop's queue is full):
+    HTTP 503 with Retry-After, gRPC UNAVAILABLE, both of which OTLP exporters retry."""
+
+
 class TraceSink(Protocol):
-    """What the receivers hand requests to."""
+    """What the receivers hand requests to; `export` raises `RetryLater` for a request to send again."""
 
     @property
     def closing(self) -> bool: ...
@@ -136,7 +141,11 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignor
         self._sink = sink
 
     def Export(self, request: ExportTraceServiceRequest, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
-        return self._sink.export(request)
+        try:
+            return self._sink.export(request)
+        except RetryLater as busy:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(busy))
+            raise  # not reached: abort raises
 
 
 class GrpcReceiver:
@@ -409,6 +418,9 @@ def _handler(
                 return
             try:
                 response = sink.export(request)
+            except RetryLater as busy:
+                self._reply(503, str(busy).encode(), "text/plain; charset=utf-8", {"Retry-After": "1"})
+                return
             except Exception:
                 logger.exception("ragtrace gateway: handling an OTLP/HTTP request failed")
                 self._reply(500, b"internal error while handling the request", "text/plain")

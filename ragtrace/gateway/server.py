@@ -23,9 +23,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
+from ragtrace._sdk import batch_queue_room
 from ragtrace.gateway.convert import received_spans, span_count
 from ragtrace.gateway.next_hop import next_hop_url, otlp_exporting, refuse_self_forwarding
-from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, ReceiverLimits, url_host
+from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, ReceiverLimits, RetryLater, url_host
 from ragtrace.gateway.security import ReceiverSecurity
 from ragtrace.gateway.settling import RootSettler
 from ragtrace.judges.base import Judge
@@ -58,6 +59,11 @@ class _CountingForward(SpanProcessor):
 
     def shutdown(self) -> None:
         self._next_hop.shutdown()
+
+    def room(self) -> tuple[int, int] | None:
+        """(free places, size) of the next hop's span queue; None when it has none we know of."""
+        room = batch_queue_room(self._next_hop)
+        return None if room is None else room[:2]
 
 
 class Gateway:
@@ -113,6 +119,8 @@ class Gateway:
         self._lock = threading.Lock()
         self._received = 0
         self._rejected = 0
+        self._refused = 0
+        self._reserved = 0  # spans of requests being handed on now, not in the next hop's queue yet
         self._requests = 0
         self._closing = False
         self._stopped = threading.Event()
@@ -191,16 +199,26 @@ class Gateway:
 
     def export(self, request: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
         """One OTLP request, from either transport: every span to the processor (spans without valid ids
-        are rejected, as OTLP's partial success says)."""
+        are rejected, as OTLP's partial success says). `RetryLater` when the next hop's queue has no room
+        for the request: its exporter would drop spans the client was told had arrived, so the client
+        keeps them and sends them again instead, as it does for a collector whose queue is full."""
         total = span_count(request)
-        accepted = 0
-        for span in received_spans(request):
-            self._settler.on_end(span)
-            accepted += 1
         with self._lock:
             self._requests += 1
-            self._received += accepted
-            self._rejected += total - accepted
+            if not self._has_room(total):
+                self._refused += total
+                raise RetryLater(f"the next hop's queue has no room for {total} more spans; retry")
+            self._reserved += total
+        accepted = 0
+        try:
+            for span in received_spans(request):
+                self._settler.on_end(span)
+                accepted += 1
+        finally:
+            with self._lock:
+                self._reserved -= total
+                self._received += accepted
+                self._rejected += total - accepted
         if accepted == total:
             return ExportTraceServiceResponse()
         return ExportTraceServiceResponse(
@@ -210,15 +228,26 @@ class Gateway:
             )
         )
 
+    def _has_room(self, spans: int) -> bool:
+        """Whether the next hop's queue can take `spans` more after the spans already bound for it (released
+        spans waiting for room, requests being handed on). A request larger than the whole queue waits for
+        an empty one, so that no request is refused for good."""
+        room = self._exporting.room()
+        if room is None:
+            return True
+        free, size = room
+        return free - self.processor.sink.waiting - self._reserved >= min(spans, size)
+
     def health(self) -> dict[str, Any]:
         """What `GET /healthz` answers: liveness plus the in-flight state an operator sizes by."""
         with self._lock:
-            received, rejected, requests = self._received, self._rejected, self._requests
+            received, rejected, refused, requests = self._received, self._rejected, self._refused, self._requests
         return {
             "status": "shutting_down" if self._closing else "ok",
             "requests": requests,
             "received_spans": received,
             "rejected_spans": rejected,
+            "refused_spans": refused,
             "forwarded_spans": self._exporting.forwarded,
             "settling_roots": self._settler.waiting,
             "held_spans": self.processor.held_spans,

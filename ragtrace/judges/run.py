@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,7 +39,9 @@ async def _judge_group(judge: Judge, sample: RagSample, group: Sequence[Scorer])
         judgement = await judge.judge(_request(sample, group))
     except JudgeError as exc:
         return [s.failed(exc.code, str(exc), exc.usage) for s in group]
-    except Exception as exc:  # a judge bug must cost a score, never the caller
+    except asyncio.CancelledError:  # the score deadline, or the worker stopping
+        raise
+    except BaseException as exc:  # a judge bug must cost a score, never the caller: sys.exit() in a library too
         return [s.failed("judge_error", f"{type(exc).__name__}: {exc}") for s in group]
     return [_apply(s, sample, judgement) for s in group]
 

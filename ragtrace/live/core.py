@@ -73,6 +73,7 @@ class LiveScoring:
         """The worker thread does not survive fork, and the parent releases what it held: start empty."""
         self.store.reset()
         self.counts.after_fork()
+        self.pipeline.sink.after_fork()
         self._shutdown_lock = threading.Lock()
         if isinstance(self.judging, ProcessJudging):
             self.judging.abandon()

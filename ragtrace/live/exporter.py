@@ -24,10 +24,8 @@ enrich and link modes, and both workers.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -62,11 +60,8 @@ class BatchOutlet:
         self._exporting = threading.Lock()
         self._gathered: list[ReadableSpan] = []
         self._gathering = threading.Lock()
-        if hasattr(os, "register_at_fork"):  # a forked child starts afresh, like the pipeline
-            after_fork = weakref.WeakMethod(self._after_fork_in_child)
-            os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
 
-    def _after_fork_in_child(self) -> None:
+    def after_fork(self) -> None:
         """The parent exports what it gathered; a lock another thread held at the fork stays held in the child."""
         self._gathered = []
         self._gathering, self._exporting = threading.Lock(), threading.Lock()

@@ -42,7 +42,7 @@ _REFUSED: dict[Refusal, Outcome] = {"overflow": QUEUE_FULL, "turned_away": QUEUE
 class Sink(Protocol):
     """Where released spans go. `emit` never raises into the pipeline; `emitted` ends a tick (a sink
     that gathers or paces spans sends them then, and says whether some still wait for the next tick);
-    `flush` and `shutdown` follow the pipeline's own."""
+    `flush` and `shutdown` follow the pipeline's own; `after_fork` starts a forked child's copy afresh."""
 
     def emit(self, spans: Iterable[ReadableSpan]) -> None: ...
 
@@ -51,6 +51,8 @@ class Sink(Protocol):
     def flush(self, timeout_millis: int) -> bool: ...
 
     def shutdown(self) -> None: ...
+
+    def after_fork(self) -> None: ...
 
 
 class Judging(Protocol):

@@ -11,9 +11,10 @@ runs none of this.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from opentelemetry.context import Context
@@ -61,6 +62,16 @@ class ProcessorSink:
         self._forward()
         return bool(self._waiting)
 
+    def after_fork(self) -> None:
+        """The parent hands on what waits here (the SDK's BatchSpanProcessor empties its queue in a
+        forked child, for the same reason)."""
+        self._waiting = deque()
+
+    @property
+    def waiting(self) -> int:
+        """Released spans waiting for room in the wrapped processor's queue (they go on first)."""
+        return len(self._waiting)
+
     def _forward(self) -> None:
         waiting = self._waiting
         room = batch_queue_room(self.processor)
@@ -86,18 +97,42 @@ class ProcessorSink:
         deadline = time.monotonic() + timeout_millis / 1000
         self._forward()
         while self._waiting and (left := deadline - time.monotonic()) > 0:
-            self.processor.force_flush(int(left * 1000))
+            if not _within(lambda: self.processor.force_flush(int(left * 1000)), left):
+                break
             self._forward()
-        return bool(self.processor.force_flush(max(int((deadline - time.monotonic()) * 1000), 0)))
+        left = max(deadline - time.monotonic(), 0.0)
+        return not self._waiting and bool(_within(lambda: self.processor.force_flush(int(left * 1000)), left))
 
     def shutdown(self) -> None:
-        self.flush(SHUTDOWN_FLUSH_MS)
+        # Only spans waiting here need a flush first: the wrapped processor's shutdown exports its queue
+        # itself, within its own bound.
+        if self._waiting:
+            self.flush(SHUTDOWN_FLUSH_MS)
         if self._waiting:
             logger.warning("ragtrace: %d released spans did not fit the exporting processor's queue in time",
                            len(self._waiting))
             self.max_waiting = 0
             self._forward()
         self.processor.shutdown()
+
+
+def _within(call: Callable[[], object], timeout_s: float) -> object:
+    """What `call()` returns, or None when it has not returned within `timeout_s` (it goes on, on a daemon
+    thread). The SDK's `BatchSpanProcessor.force_flush` ignores its timeout and exports on the caller's
+    thread: an exporter that hangs would hold the app's flush, or its shutdown, for good."""
+    returned: list[object] = []
+
+    def run() -> None:
+        try:
+            returned.append(call())
+        except Exception:
+            logger.exception("ragtrace: flushing the wrapped processor failed")
+            returned.append(False)
+
+    thread = threading.Thread(target=run, name="ragtrace-flush", daemon=True)
+    thread.start()
+    thread.join(max(timeout_s, 0.0))
+    return returned[0] if returned else None
 
 
 class RagScoringSpanProcessor(ScoringFace, SpanProcessor):
@@ -109,7 +144,8 @@ class RagScoringSpanProcessor(ScoringFace, SpanProcessor):
     def __init__(self, exporting: SpanProcessor, *, judge: Judge, **options: Any) -> None:
         self.exporting = exporting
         scoring_options = ScoringOptions(judge=judge, **options)
-        self.scoring = LiveScoring(scoring_options, ProcessorSink(exporting, scoring_options.max_held_spans))
+        self.sink = ProcessorSink(exporting, scoring_options.max_held_spans)
+        self.scoring = LiveScoring(scoring_options, self.sink)
         self._holds = self.scoring.admission.holds
         self.forwards_start = getattr(type(exporting), "on_start", None) not in _DOES_NOTHING
         self.forwards_ending = getattr(type(exporting), "_on_ending", None) not in _DOES_NOTHING

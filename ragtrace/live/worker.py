@@ -124,7 +124,9 @@ class ScoringWorker:
         except (TimeoutError, asyncio.CancelledError):
             timed_out = True
             results = _timed_out(job)
-        except Exception as exc:  # a scorer bug costs the score, never the worker
+        except BaseException as exc:
+            # A scorer bug costs the score, never the worker: asyncio re-raises a SystemExit or a
+            # KeyboardInterrupt out of the loop, which would end it and leave every held trace waiting.
             logger.exception("ragtrace: scoring failed")
             results = tuple(s.failed("internal_error", f"{type(exc).__name__}: {exc}") for s in job.scorers)
         evaluation = Evaluation(results, usage, timed_out, self._model, self._prompt_version)

@@ -245,3 +245,53 @@ def test_settler_is_bounded_and_hands_each_root_on_once() -> None:
     settler.on_end(other[0])  # after close nothing waits
     ids = counting.ids()
     assert Counter(ids) == Counter([s.context.span_id for s in (*trace, other[-1], other[0])])
+
+
+def post_answer(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str]]:
+    """The status and headers of a POST."""
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, dict(answer.headers)
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers)
+
+
+def test_a_next_hop_that_cannot_keep_up_makes_clients_retry_instead_of_losing_spans(
+    otlp_receiver: OtlpReceiver,
+) -> None:
+    # The next hop fails every export until told otherwise: its exporter retries one batch while its queue
+    # (200 spans) fills. The gateway must not answer 200 for spans that queue then drops.
+    otlp_receiver.fail_next_trace_exports(1_000_000)
+    exporting = BatchSpanProcessor(
+        GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True, timeout=60),
+        max_queue_size=200, max_export_batch_size=50, schedule_delay_millis=50,
+    )
+    gw = Gateway(SETTINGS, judge=ScriptedJudge(), exporting=exporting, grpc_port=0, http_port=0, trace_settle=0.1,
+                 sampler=Sampler(rate=0.0), tick_interval=0.01).start()
+    try:
+        accepted: list[int] = []
+        refused: list[dict[str, str]] = []
+        for (trace,) in (recorded_trace(1) for _ in range(100)):  # 700 spans, 3.5 queues' worth
+            status, headers = post_answer(gw.http_endpoint + "/v1/traces", request_of(trace).SerializeToString(),
+                                          {"Content-Type": "application/x-protobuf"})
+            assert status in (200, 503)
+            if status == 503:
+                refused.append(headers)
+                break
+            accepted += [s.context.span_id for s in trace if s.context is not None]
+        assert refused and refused[0].get("Retry-After") == "1"
+        (trace,) = recorded_trace(1)
+        with grpc.insecure_channel(f"127.0.0.1:{gw.grpc_port}") as channel:
+            stub = trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
+            with pytest.raises(grpc.RpcError) as grpc_refusal:
+                stub.Export(request_of(trace), timeout=10)
+        assert grpc_refusal.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert gw.health()["refused_spans"] == 2 * len(trace)
+
+        otlp_receiver.fail_next_trace_exports(0)  # the next hop is back
+        otlp_receiver.wait_for_spans(len(accepted), timeout=60)
+        assert gw.force_flush(10_000)
+        assert Counter(s.span_id for s in otlp_receiver.spans()) == Counter(accepted)  # each accepted span once
+    finally:
+        gw.shutdown()

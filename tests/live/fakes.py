@@ -1,18 +1,21 @@
 """Test helpers for the live pipeline: a scripted Judge and real-tracer RAG trace builders.
 
 The judge implements the Judge protocol; its behaviour per sample is scripted by the query's prefix
-(`fast:`, `slow:`, `hang:`, `timeout:`, `error:`, `invalid:`, `crash:`), so one trace can be slow and the
-next one fail, as on live traffic.
+(`fast:`, `slow:`, `hang:`, `timeout:`, `error:`, `invalid:`, `crash:`, `exit:`, `interrupt:`), so one
+trace can be slow and the next one fail, as on live traffic.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import select
+import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from opentelemetry import context as otel_context
@@ -27,7 +30,7 @@ from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, Verdicts
 
-BEHAVIOURS = ("fast", "slow", "hang", "timeout", "error", "invalid", "crash")
+BEHAVIOURS = ("fast", "slow", "hang", "timeout", "error", "invalid", "crash", "exit", "interrupt")
 
 
 class ScriptedJudge(PerProcessState):
@@ -70,6 +73,10 @@ class ScriptedJudge(PerProcessState):
             raise JudgeInvalidOutput("judge answer failed validation twice", usage)
         elif kind == "crash":
             raise RuntimeError("judge bug")
+        elif kind == "exit":  # a library that calls sys.exit() on an error it cannot handle
+            raise SystemExit(2)
+        elif kind == "interrupt":
+            raise KeyboardInterrupt
         contexts = [
             ContextVerdict(index=i, useful="good" in d.content, level="high" if "good" in d.content else "none",
                            used="good" in d.content, reason="scripted")
@@ -308,3 +315,30 @@ class Rig:
 
     def close(self) -> None:
         self.provider.shutdown()
+
+
+def fork_running(check: Callable[[], bool]) -> tuple[int, int]:
+    """Fork; the child runs `check`, reports its verdict on a pipe and exits. (pid, read end) for
+    `child_verdict`."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            ok = check()
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    return pid, read
+
+
+def child_verdict(pid: int, read: int, timeout: float = 30.0) -> bool:
+    """The verdict of a child `fork_running` started; a child that hangs is killed and fails."""
+    answered, _, _ = select.select([read], [], [], timeout)
+    if not answered:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    verdict = bool(answered) and os.read(read, 1) == b"1"
+    os.close(read)
+    return verdict

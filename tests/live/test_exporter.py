@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import select
-import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +31,9 @@ from tests.live.fakes import (
     CountingProcessor,
     Rig,
     ScriptedJudge,
+    child_verdict,
     documents,
+    fork_running,
     plain_trace,
     provider_with,
     rag_trace,
@@ -129,7 +129,6 @@ def test_a_forked_child_exports_its_own_spans_only(rig: Callable[..., Rig]) -> N
     outlet = r.scoring.outlet
     in_flight = ReadableSpan(name="exported by the parent at the fork", context=SpanContext(1, 3, is_remote=False))
     gathered = ReadableSpan(name="gathered in the parent", context=SpanContext(1, 2, is_remote=False))
-    read, write = os.pipe()
     holding, done = threading.Event(), threading.Event()
     parent, export = os.getpid(), r.out.export
 
@@ -144,23 +143,15 @@ def test_a_forked_child_exports_its_own_spans_only(rig: Callable[..., Rig]) -> N
     exporting.start()
     holding.wait(10)
     outlet.emit([gathered])
-    pid = os.fork()
-    if pid == 0:
-        ok = False
-        try:
-            ids = rag_trace(r.tracer)
-            ok = r.flush(5000) and sorted(r.out.ids()) == sorted(ids)  # not the parent's gathered span
-        finally:
-            os.write(write, b"1" if ok else b"0")
-            os._exit(0)
+
+    def in_the_child() -> bool:
+        ids = rag_trace(r.tracer)
+        return r.flush(5000) and sorted(r.out.ids()) == sorted(ids)  # not the parent's gathered span
+
+    child = fork_running(in_the_child)
     done.set()
     exporting.join()
-    os.close(write)
-    answered, _, _ = select.select([read], [], [], 30)
-    if not answered:
-        os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    assert answered and os.read(read, 1) == b"1", "the child hung or exported the parent's spans"
+    assert child_verdict(*child), "the child hung or exported the parent's spans"
     assert r.flush()
     assert r.out.spans == [in_flight, gathered]
 

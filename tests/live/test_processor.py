@@ -6,12 +6,15 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, set_span_in_context
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags, set_span_in_context
 
 from ragtrace.capture import CapturedSample
 from ragtrace.live.processor import RagScoringSpanProcessor
@@ -19,10 +22,13 @@ from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision
 from tests.live.fakes import (
     Counting,
+    CountingExporter,
     CountingProcessor,
     Rig,
     ScriptedJudge,
+    child_verdict,
     documents,
+    fork_running,
     open_rag_trace,
     output_messages,
     plain_trace,
@@ -611,3 +617,89 @@ def test_an_idle_worker_ticks_ever_less_often_and_still_scores_the_next_trace(ri
     rag_trace(r.tracer, end_root=False)  # held: the worker ticks at its own pace again
     time.sleep(0.3)
     assert worker.ticks - busy_from >= 10
+
+
+class StalledOtlpEndpoint:
+    """An OTLP/HTTP traces endpoint that holds every request until `answer()`, then takes them all: a
+    backend that hangs, seen by an exporter with no useful timeout."""
+
+    def __init__(self) -> None:
+        self.answering = threading.Event()
+        self.span_ids: list[int] = []
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                endpoint.answering.wait()
+                request = ExportTraceServiceRequest.FromString(body)
+                endpoint.span_ids += [
+                    int.from_bytes(span.span_id, "big")
+                    for resource in request.resource_spans for scope in resource.scope_spans for span in scope.spans
+                ]
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+
+    def answer(self) -> None:
+        self.answering.set()
+
+    def close(self) -> None:
+        self.answer()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_flush_returns_in_time_while_the_exporter_hangs_and_loses_nothing() -> None:
+    # The SDK's BatchSpanProcessor.force_flush exports on the caller's thread whatever its timeout says,
+    # so a backend that hangs holds it for as long as the exporter waits (an hour here).
+    endpoint = StalledOtlpEndpoint()
+    batching = BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint.url, timeout=3600), schedule_delay_millis=10)
+    proc = RagScoringSpanProcessor(batching, judge=ScriptedJudge(), sampler=Sampler(rate=1.0), tick_interval=0.01)
+    provider = provider_with(proc)
+    try:
+        ids = [i for _ in range(5) for i in rag_trace(provider.get_tracer("test"))]
+        flushed: list[bool] = []
+        flushing = threading.Thread(target=lambda: flushed.append(provider.force_flush(500)), daemon=True)
+        flushing.start()
+        flushing.join(30)
+        assert flushed == [False]  # returned, and says the spans are not out yet
+        endpoint.answer()  # the backend recovers: every span arrives, once
+        assert wait_until(lambda: sorted(endpoint.span_ids) == sorted(ids), timeout=30)
+    finally:
+        endpoint.answer()
+        provider.shutdown()
+        endpoint.close()
+    assert sorted(endpoint.span_ids) == sorted(ids)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_released_spans_waiting_for_room_at_a_fork_are_the_parents_to_export() -> None:
+    # A queue that nothing drains (no full batch, no schedule): of a released trace of 10 spans, 4 fit (half
+    # the queue stays free for the app) and 6 wait in the sink for room. The SDK's BatchSpanProcessor
+    # empties its queue in a forked child; what waits in front of it is the parent's to hand on, too.
+    out = CountingExporter()
+    batching = BatchSpanProcessor(out, max_queue_size=8, max_export_batch_size=8, schedule_delay_millis=60_000)
+    proc = RagScoringSpanProcessor(batching, judge=ScriptedJudge(), sampler=Sampler(rate=0.0))
+    released = [ReadableSpan(name=f"released {i}", context=SpanContext(7, 100 + i, False, TraceFlags(1)))
+                for i in range(10)]
+    proc.sink.emit(released)
+    assert proc.sink.waiting == 6
+
+    def in_the_child() -> bool:
+        ids = plain_trace(provider_with(proc).get_tracer("child"))
+        return proc.force_flush(5000) and sorted(out.ids()) == sorted(ids)  # none of the parent's
+
+    assert child_verdict(*fork_running(in_the_child)), "the child hung or exported the parent's released spans"
+    assert proc.force_flush(5000)
+    assert sorted(out.ids()) == sorted(s.context.span_id for s in released if s.context is not None)
+    proc.shutdown()
