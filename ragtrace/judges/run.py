@@ -39,7 +39,7 @@ async def _judge_group(judge: Judge, sample: RagSample, group: Sequence[Scorer])
         judgement = await judge.judge(_request(sample, group))
     except JudgeError as exc:
         return [s.failed(exc.code, str(exc), exc.usage) for s in group]
-    except asyncio.CancelledError:  # the score deadline, or the worker stopping
+    except (asyncio.CancelledError, GeneratorExit):  # the score deadline, the worker stopping, the coroutine closed
         raise
     except BaseException as exc:  # a judge bug must cost a score, never the caller: sys.exit() in a library too
         return [s.failed("judge_error", f"{type(exc).__name__}: {exc}") for s in group]

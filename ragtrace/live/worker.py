@@ -124,6 +124,8 @@ class ScoringWorker:
         except (TimeoutError, asyncio.CancelledError):
             timed_out = True
             results = _timed_out(job)
+        except GeneratorExit:  # the coroutine is being closed: it must not go on
+            raise
         except BaseException as exc:
             # A scorer bug costs the score, never the worker: asyncio re-raises a SystemExit or a
             # KeyboardInterrupt out of the loop, which would end it and leave every held trace waiting.
