@@ -152,7 +152,7 @@ class JobJudging:
             # Results skipped for `no_context` reach metrics too: they make the empty-retrieval rate.
             if metrics is not None and (result.score is not None or result.skipped == "no_context"):
                 try:
-                    metrics.score(result, ref.retriever)
+                    metrics.score(result, ref.retriever, (trace_id, ref.target))
                 except Exception:
                     logger.exception("ragtrace: metrics.score failed")
         if not options.enrich:

@@ -11,8 +11,10 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from opentelemetry import metrics
+from opentelemetry import metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from ragtrace._version import __version__
 from ragtrace.live.failures import FailureLog
@@ -22,6 +24,7 @@ __all__ = [
     "DURATION_BUCKETS",
     "SCORE_BUCKETS",
     "RagtraceMetrics",
+    "ScoredSpan",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -32,6 +35,21 @@ SCORE_BUCKETS: tuple[float, ...] = tuple(round(i / 10, 1) for i in range(1, 11))
 DURATION_BUCKETS: tuple[float, ...] = (
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 )  # fmt: skip
+
+#: (trace id, span id) of the span a score is written on.
+ScoredSpan = tuple[int, int]
+
+
+def _in_span(scored_span: ScoredSpan | None) -> Context | None:
+    """A context whose current span is the scored one, so that the SDK's exemplar filter (trace-based by
+    default) keeps the measurement as an exemplar of that trace. Scoring runs off the request's thread,
+    long after its context is gone. Sampled: the spans of a trace ragtrace scores are exported."""
+    if scored_span is None:
+        return None
+    trace_id, span_id = scored_span
+    span = NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
+    return trace.set_span_in_context(span)
+
 
 _MAX_VALUE_LENGTH = 64
 _MAX_DISTINCT_VALUES = 64
@@ -127,19 +145,22 @@ class RagtraceMetrics:
         except Exception:
             self._failures.failed("decision")
 
-    def score(self, result: ScoreResult, retriever: str) -> None:
+    def score(self, result: ScoreResult, retriever: str, scored_span: ScoredSpan | None = None) -> None:
         """Record a scored result's raw score; skipped and failed results (score None) are not recorded.
 
         The histogram's buckets are 0.1 .. 1.0, so they only mean something for scores on scale 1; a scorer
-        run with another scale still records its raw score, in the top bucket or above.
+        run with another scale still records its raw score, in the top bucket or above. `scored_span`, the
+        span the score is written on, becomes the measurement's exemplar: a chart of low scores links to
+        the traces that made them.
         """
         try:
-            self.record_score(result.name, result.score, result.label, result.skipped, retriever)
+            self.record_score(result.name, result.score, result.label, result.skipped, retriever, scored_span)
         except Exception:
             self._failures.failed("score")
 
     def record_score(
-        self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str
+        self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str,
+        scored_span: ScoredSpan | None = None,
     ) -> None:
         """`score` in plain values. A scoring process's results are replayed through it (plain values cost
         the app's process a tenth of what a result object does), so a subclass that watches scores hooks
@@ -153,7 +174,7 @@ class RagtraceMetrics:
             }
             if label is not None:
                 attributes["ragtrace.label"] = label
-            self._score.record(score, attributes)
+            self._score.record(score, attributes, context=_in_span(scored_span))
         except Exception:
             self._failures.failed("score")
 

@@ -113,7 +113,7 @@ def test_scores_and_metrics_arrive_over_grpc(grpc_app: App, otlp_receiver: OtlpR
     assert grpc_app.provider.force_flush(5000)
     spans = otlp_receiver.wait_for_spans(len(ids) + len(other))
     assert {s.transport for s in spans} == {"grpc"}
-    assert_scored_trace(spans, ids)
+    retrieval = assert_scored_trace(spans, ids)
     assert all(by_id(spans)[i] == 1 for i in other)
     assert len(spans) == len(ids) + len(other)
 
@@ -126,6 +126,13 @@ def test_scores_and_metrics_arrive_over_grpc(grpc_app: App, otlp_receiver: OtlpR
     assert decisions.point_where({"decision": "not_rag"}).value == 1  # type: ignore[union-attr]
     score = otlp_receiver.wait_for_metric("ragtrace.evaluation.score")
     assert sum(p.count or 0 for p in score.data_points) == 2
+    # Each score is an exemplar of the retrieval span it was written on: a chart of scores links to traces.
+    exemplars = {
+        (round(value, 2), trace_id, span_id)
+        for m in otlp_receiver.metrics() if m.name == score.name for p in m.data_points
+        for value, trace_id, span_id in p.exemplars
+    }
+    assert exemplars == {(0.83, retrieval.trace_id, retrieval.span_id), (0.67, retrieval.trace_id, retrieval.span_id)}
     tokens = otlp_receiver.wait_for_metric("ragtrace.judge.tokens")
     assert sum(int(p.value or 0) for p in tokens.data_points) == 120
     otlp_receiver.wait_for_metric("ragtrace.judge.duration")

@@ -99,6 +99,11 @@ class ReceivedDataPoint:
     max: float | None = None
     start_time_unix_nano: int = 0
     time_unix_nano: int = 0
+    exemplars: tuple[tuple[float, int | None, int | None], ...] = ()  # (value, trace id, span id)
+
+
+def _exemplars(point: Any) -> tuple[tuple[float, int | None, int | None], ...]:
+    return tuple((float(_number_value(e) or 0), _id(e.trace_id), _id(e.span_id)) for e in point.exemplars)
 
 
 @dataclass(frozen=True)
@@ -254,6 +259,7 @@ def _decode_metrics(request: metrics_service_pb2.ExportMetricsServiceRequest, tr
                                 max=h.max if h.HasField("max") else None,
                                 start_time_unix_nano=h.start_time_unix_nano,
                                 time_unix_nano=h.time_unix_nano,
+                                exemplars=_exemplars(h),
                             )
                         )
                 elif kind == "exponential_histogram":

@@ -23,7 +23,7 @@ from opentelemetry.trace import TracerProvider
 from ragtrace._version import __version__
 from ragtrace.live.drift.detector import DriftConfig, DriftDetector, DriftState, Key
 from ragtrace.live.failures import FailureLog
-from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
 from ragtrace.scoring.result import ScoreResult
 
 __all__ = ["DRIFT_INSTRUMENTS", "DriftMetrics", "DriftMonitor"]
@@ -215,9 +215,10 @@ class DriftMetrics(RagtraceMetrics):
         self.monitor = monitor
 
     def record_score(
-        self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str
+        self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str,
+        scored_span: ScoredSpan | None = None,
     ) -> None:
-        super().record_score(scorer, score, label, skipped, retriever)
+        super().record_score(scorer, score, label, skipped, retriever, scored_span)
         self.monitor.feed_value(scorer, score, skipped, retriever)
 
     def shutdown(self) -> None:

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from ragtrace.capture import CaptureStats, extract_samples
 from ragtrace.live.counts import decision_of
 from ragtrace.live.enrich import Evaluation, declined, timed_out, writes_for
-from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
 from ragtrace.live.planning import Planner
 from ragtrace.live.scoring_process.protocol import (
     Answers,
@@ -56,8 +56,8 @@ class RecordedMetrics(RagtraceMetrics):
 
     # Plain values, replayed through the app's `record_*` methods: unpickling result objects there would
     # cost the app's process ten times as much.
-    def score(self, result: ScoreResult, retriever: str) -> None:
-        call = (result.name, result.score, result.label, result.skipped, retriever)
+    def score(self, result: ScoreResult, retriever: str, scored_span: ScoredSpan | None = None) -> None:
+        call = (result.name, result.score, result.label, result.skipped, retriever, scored_span)
         with self._lock:
             self._calls.append(("record_score", call))
 
@@ -174,7 +174,7 @@ class TraceScoring:
             trace.decisions[decision_of(result)] += 1
             # Results skipped for `no_context` reach metrics too: they make the empty-retrieval rate.
             if self.metrics is not None and (result.score is not None or result.skipped == "no_context"):
-                self.metrics.score(result, ref.retriever)
+                self.metrics.score(result, ref.retriever, (trace.trace_id, ref.target))
         trace.evaluations.setdefault(ref.target, []).append(evaluation)
         if not trace.waiting:
             del self._traces[arrival]
