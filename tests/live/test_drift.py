@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ragtrace.live.drift import DriftConfig, DriftDetector, DriftMetrics, DriftMonitor
+from ragtrace.live.drift.monitor import DRIFT_LINKS
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision, ScoreResult
@@ -185,6 +186,34 @@ def test_monitor_gauges_logs_and_spans(caplog: pytest.LogCaptureFixture) -> None
     assert [s.name for s in finished] == ["ragtrace.drift", "ragtrace.drift"]
     assert [s.attributes["ragtrace.drift.state"] for s in finished if s.attributes] == ["started", "ended"]
     assert finished[0].parent is None and finished[0].events[0].name == "ragtrace.drift"
+
+
+def test_a_drift_report_links_to_the_traces_that_show_it(caplog: pytest.LogCaptureFixture) -> None:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    monitor = DriftMonitor(SMALL, meter_provider=MeterProvider(), tracer_provider=tracer_provider)
+    metrics = DriftMetrics(MeterProvider(), monitor=monitor)  # what the processor records scores through
+    rng = random.Random(4)
+    for n, value in enumerate(_noise(rng, 0.8, 80)):
+        metrics.record_score("context_precision", value, "pass", None, "docs", (n + 1, n + 1))
+    monitor.check()
+    fallen = _noise(rng, 0.4, 30)
+    for n, value in enumerate(fallen):
+        metrics.record_score("context_precision", value, "fail", None, "docs", (1000 + n, 2000 + n))
+    with caplog.at_level(logging.WARNING, logger="ragtrace.drift"):
+        (state,) = monitor.check().values()
+    assert state.detected
+    (span,) = spans.get_finished_spans()
+    lowest = sorted(range(len(fallen)), key=fallen.__getitem__)[:DRIFT_LINKS]
+    assert [(link.context.trace_id, link.context.span_id) for link in span.links] == [
+        (1000 + n, 2000 + n) for n in lowest
+    ]
+    assert [link.attributes["gen_ai.evaluation.score.value"] for link in span.links if link.attributes] == [
+        fallen[n] for n in lowest
+    ]
+    (message,) = [r.getMessage() for r in caplog.records if r.name == "ragtrace.drift"]
+    assert f"traces to open: {1000 + lowest[0]:032x} ({fallen[lowest[0]]:.2f})" in message
 
 
 def test_scheduler_runs_checks_and_the_processor_feeds_it() -> None:

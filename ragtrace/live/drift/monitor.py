@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
-from opentelemetry.trace import TracerProvider
+from opentelemetry.trace import Link, SpanContext, TraceFlags, TracerProvider
 
 from ragtrace._version import __version__
 from ragtrace.live.drift.detector import DriftConfig, DriftDetector, DriftState, Key
@@ -26,7 +27,7 @@ from ragtrace.live.failures import FailureLog
 from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
 from ragtrace.scoring.result import ScoreResult
 
-__all__ = ["DRIFT_INSTRUMENTS", "DriftMetrics", "DriftMonitor"]
+__all__ = ["DRIFT_INSTRUMENTS", "DRIFT_LINKS", "DriftMetrics", "DriftMonitor"]
 
 logger = logging.getLogger("ragtrace.drift")
 
@@ -38,13 +39,44 @@ DRIFT_INSTRUMENTS: tuple[str, ...] = (
 )
 
 
+#: How many scored spans a drift report links to: the recent ones furthest in the direction of the change.
+DRIFT_LINKS = 5
+
+
+class _RecentSpans:
+    """The latest scored spans of each series (as many as the detector's recent window), so that a drift
+    report can link to traces that show it. Bounded like the detector: at most `max_series` series."""
+
+    def __init__(self, size: int, max_series: int) -> None:
+        self._size, self._max_series = size, max_series
+        self._by_series: dict[Key, deque[tuple[float, ScoredSpan]]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, key: Key, score: float, span: ScoredSpan) -> None:
+        with self._lock:
+            recent = self._by_series.get(key)
+            if recent is None:
+                if len(self._by_series) >= self._max_series:
+                    return
+                recent = self._by_series[key] = deque(maxlen=self._size)
+            recent.append((score, span))
+
+    def showing(self, key: Key, fell: bool, n: int) -> list[tuple[float, ScoredSpan]]:
+        """The `n` recent spans with the lowest scores when the scores fell, the highest when they rose."""
+        with self._lock:
+            recent = list(self._by_series.get(key, ()))
+        return sorted(recent, key=lambda item: item[0], reverse=not fell)[:n]
+
+
 class DriftMonitor:
     """A DriftDetector checked every `interval` seconds by an APScheduler BackgroundScheduler.
 
     Each check refreshes the gauges `ragtrace.drift.score_delta`, `ragtrace.drift.detected` and
     `ragtrace.retrieval.empty_rate` (read at the metric reader's pace), and when drift starts or ends
     logs on `ragtrace.drift` and emits a short root span `ragtrace.drift` with an event of the same
-    name. Nothing here raises into the caller: failures are logged once and cost a check.
+    name. When drift starts, the span links to (and the log names) the traces of the recent scores furthest
+    in the direction of the change (`DRIFT_LINKS` of them): the alert leads to traces that show it.
+    Nothing here raises into the caller: failures are logged once and cost a check.
     """
 
     def __init__(
@@ -58,6 +90,7 @@ class DriftMonitor:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
         self.detector = DriftDetector(config)
+        self._recent = _RecentSpans(self.detector.config.window, self.detector.config.max_series)
         self.interval = interval
         self._states: dict[Key, DriftState] = {}
         self._empty_rates: dict[str, float] = {}
@@ -100,12 +133,17 @@ class DriftMonitor:
         """One scorer result: a score feeds drift; a score or a `no_context` skip feeds the empty rate."""
         self.feed_value(result.name, result.score, result.skipped, retriever)
 
-    def feed_value(self, scorer: str, score: float | None, skipped: str | None, retriever: str) -> None:
-        """`feed` in plain values."""
+    def feed_value(
+        self, scorer: str, score: float | None, skipped: str | None, retriever: str,
+        scored_span: ScoredSpan | None = None,
+    ) -> None:
+        """`feed` in plain values; `scored_span` is the span the score was written on."""
         try:
             if score is not None:
                 self.detector.observe(scorer, retriever, score)
                 self.detector.observe_retrieval(retriever, False)
+                if scored_span is not None:
+                    self._recent.add((scorer, retriever), score, scored_span)
             elif skipped == "no_context":
                 self.detector.observe_retrieval(retriever, True)
         except Exception:
@@ -140,17 +178,28 @@ class DriftMonitor:
             "ragtrace.drift.recent_mean": round(state.recent_mean, 6),
             "ragtrace.drift.recent_n": state.recent_n,
         }
+        showing = self._recent.showing((state.scorer, state.retriever), state.delta < 0, DRIFT_LINKS) if (
+            state.detected
+        ) else []
         try:
             level = logging.WARNING if state.detected else logging.INFO
+            traces = "; traces to open: " + ", ".join(
+                f"{trace_id:032x} ({score:.2f})" for score, (trace_id, _) in showing
+            ) if showing else ""
             logger.log(
-                level, "ragtrace drift %s: %s on retriever %s, mean %.3f vs baseline %.3f (delta %+.3f, by %s)",
+                level, "ragtrace drift %s: %s on retriever %s, mean %.3f vs baseline %.3f (delta %+.3f, by %s)%s",
                 what, state.scorer, state.retriever, state.recent_mean, state.baseline_mean, state.delta,
-                state.by or "none", extra={"ragtrace_drift": attributes},
+                state.by or "none", traces, extra={"ragtrace_drift": attributes},
             )
         except Exception:
             self._failures.failed("log")
         try:
-            span = self._tracer.start_span("ragtrace.drift", context=Context(), attributes=attributes)
+            links = [
+                Link(SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)),
+                     {"gen_ai.evaluation.score.value": score})
+                for score, (trace_id, span_id) in showing
+            ]
+            span = self._tracer.start_span("ragtrace.drift", context=Context(), attributes=attributes, links=links)
             span.add_event("ragtrace.drift", attributes)
             span.end()
         except Exception:
@@ -219,7 +268,7 @@ class DriftMetrics(RagtraceMetrics):
         scored_span: ScoredSpan | None = None,
     ) -> None:
         super().record_score(scorer, score, label, skipped, retriever, scored_span)
-        self.monitor.feed_value(scorer, score, skipped, retriever)
+        self.monitor.feed_value(scorer, score, skipped, retriever, scored_span)
 
     def shutdown(self) -> None:
         self.monitor.shutdown(wait=False)
