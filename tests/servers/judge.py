@@ -38,6 +38,7 @@ __all__ = [
     "JudgeServer",
     "NotJson",
     "Partial",
+    "Rewritten",
     "Status",
     "Valid",
     "WrongCount",
@@ -182,6 +183,11 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     finish_reason: str = "stop"
     chunk_delay: float = 0.0  # seconds between streamed chunks
+    message: dict[str, Any] = field(default_factory=dict)  # extra message fields (tool_calls, reasoning_content)
+    # How a stream ends: "done" (finish, usage, [DONE]), "drop" (the connection closes after `drop_after`
+    # content characters, no finish), "forever" (the content, then keep-alive comments until the client leaves).
+    stream_end: str = "done"
+    drop_after: int = 0
 
 
 class Behaviour:
@@ -210,6 +216,25 @@ class Fenced(Behaviour):
 
     def reply(self, body: dict[str, Any]) -> Reply:
         return Reply(content="Here are the verdicts:\n```json\n" + json.dumps(oracle(parse_prompt(body))) + "\n```")
+
+
+@dataclass
+class Rewritten(Behaviour):
+    """The oracle's answer (a dict, contexts keyed by index) turned into any reply text by `write`: what a
+    real server's model wraps, misspells or reshapes. The other fields are `Reply`'s, as they are."""
+
+    write: Callable[[dict[str, Any]], str] = json.dumps
+    finish_reason: str = "stop"
+    message: dict[str, Any] = field(default_factory=dict)
+    stream_end: str = "done"
+    drop_after: int = 0
+    delay: float = 0.0
+
+    def reply(self, body: dict[str, Any]) -> Reply:
+        return Reply(
+            content=self.write(oracle(parse_prompt(body))), finish_reason=self.finish_reason,
+            message=dict(self.message), stream_end=self.stream_end, drop_after=self.drop_after,
+        )
 
 
 @dataclass
@@ -399,7 +424,7 @@ class JudgeServer:
             "created": int(time.time()),
             "model": body.get("model", "judge-test"),
             "choices": [
-                {"index": 0, "message": {"role": "assistant", "content": content},
+                {"index": 0, "message": {"role": "assistant", "content": content, **reply.message},
                  "finish_reason": reply.finish_reason}
             ],
             **({"usage": usage} if self.report_usage else {}),
@@ -410,10 +435,15 @@ class JudgeServer:
         content = reply.content or ""
         base = {"id": "chatcmpl-stream", "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": body.get("model", "judge-test")}
-        yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        first = {"role": "assistant", "content": "", **reply.message}
+        yield {**base, "choices": [{"index": 0, "delta": first, "finish_reason": None}]}
+        if reply.stream_end == "drop":
+            content = content[: reply.drop_after]
         for start in range(0, len(content), 16):
             piece = content[start : start + 16]
             yield {**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        if reply.stream_end != "done":
+            return
         yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": reply.finish_reason}]}
         usage = self._usage(body, content)
         if self.report_usage and (body.get("stream_options") or {}).get("include_usage"):
@@ -474,6 +504,11 @@ class JudgeServer:
                             server.chunks_sent += 1
                         if reply.chunk_delay and server._stopping.wait(reply.chunk_delay):
                             return
+                    if reply.stream_end == "drop":
+                        return  # the connection closes mid-answer: no finish, no [DONE]
+                    while reply.stream_end == "forever" and not server._stopping.wait(0.05):
+                        self.wfile.write(b": keep-alive\n\n")
+                        self.wfile.flush()
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
                 except (BrokenPipeError, ConnectionResetError):
