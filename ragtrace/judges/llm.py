@@ -24,7 +24,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -641,7 +641,7 @@ class LLMJudge(PerProcessState):
         """One completion. A stream is read to its end and closed in any case, so a cancelled call
         closes its connection and the server stops generating at its next token."""
         if not kwargs.get("stream"):
-            return _from_response(await litellm.acompletion(**kwargs), litellm)
+            return self._counted(_from_response(await litellm.acompletion(**kwargs), litellm), kwargs, litellm)
         stream = await litellm.acompletion(**kwargs)
         pieces: list[str] = []
         finish: str | None = None
@@ -658,11 +658,24 @@ class LLMJudge(PerProcessState):
         content = "".join(pieces)
         input_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         output_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        if not input_tokens:  # servers that stream without usage (llama-cpp-python): our own count
-            input_tokens = self._count(_text(kwargs["messages"]))
-            output_tokens = self._count(content) if content else 0
-        cost = _priced(litellm, self.model, input_tokens, output_tokens)
-        return _Answer(content, finish, input_tokens, output_tokens, cost)
+        return self._counted(_Answer(content, finish, input_tokens, output_tokens, None), kwargs, litellm)
+
+    def _counted(self, answer: _Answer, kwargs: dict[str, Any], litellm: Any) -> _Answer:
+        """The answer with tokens and price: servers that report no usage (llama-cpp-python's stream,
+        some servers' plain replies) get our own count, priced as litellm prices the model."""
+        if answer.input_tokens:
+            if answer.cost is not None:
+                return answer
+            cost = _priced(litellm, self.model, answer.input_tokens, answer.output_tokens)
+            return replace(answer, cost=cost)
+        input_tokens = self._count(_text(kwargs["messages"]))
+        output_tokens = self._count(answer.content) if answer.content else 0
+        return replace(
+            answer,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost=_priced(litellm, self.model, input_tokens, output_tokens),
+        )
 
     # --- plumbing --------------------------------------------------------------------------------------
 

@@ -476,6 +476,17 @@ def test_non_json_answer_every_time_is_a_typed_error(judge_server: JudgeServer) 
     assert len(judge_server.requests) == 2
 
 
+# --- replies real servers send ----------------------------------------------------------------------------
+
+
+def test_usage_is_counted_when_a_server_that_does_not_stream_reports_none(judge_server: JudgeServer) -> None:
+    judge_server.report_usage = False
+    result = score(make_judge(judge_server, stream=False))
+
+    assert scores(result) == EXPECTED
+    assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
+
+
 # --- transport failures ------------------------------------------------------------------------------------
 
 
