@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -226,11 +227,28 @@ class Reading:
         return bool(self.verdicts) or self.missing is not None or self.claims is not None
 
 
+_YES = frozenset({"true", "yes", "1"})
+_NO = frozenset({"false", "no", "0"})
+
+
 def _flag(value: Any) -> bool | None:
+    """A yes/no as models write it: a boolean, 1 or 0, or the words true/false, yes/no, "1"/"0"."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
+    if isinstance(value, int) and value in (0, 1):
+        return value == 1
+    if isinstance(value, str):
+        word = value.strip().lower()
+        return True if word in _YES else False if word in _NO else None
+    return None
+
+
+def _index(key: Any) -> int | None:
+    """A context index as an integer or a string of digits; anything else (1.5, true, "c1") is none."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key
+    if isinstance(key, str) and key.strip().isdigit():
+        return int(key.strip())
     return None
 
 
@@ -244,20 +262,31 @@ def _entries(contexts: Any) -> list[tuple[Any, Any]]:
 
 
 def read_answer(data: Any, part: Part, n_contexts: int, reason_chars: int = REASON_CHARS) -> Reading:
-    """Every well-formed verdict of `data` for the indices `part` asks; the rest as problems."""
+    """Every well-formed verdict of `data` for the indices `part` asks; the rest as problems.
+
+    The verdicts are trusted only when the answer's numbering is: a key that is not an asked index
+    (a model counting from 1, or judging a context it was not shown) means the other keys may be
+    shifted too, so none of them is kept; a context judged twice keeps neither verdict."""
     reading = Reading()
     if not isinstance(data, dict):
         reading.problems.append("the reply must be a JSON object")
         return reading
     asked = set(part.indices)
-    for key, entry in _entries(data.get("contexts")) if part.per_context else []:
-        try:
-            index = int(key)
-        except (TypeError, ValueError):
-            reading.problems.append(f"context key {key!r} is not an index")
-            continue
-        if index not in asked:
-            reading.problems.append(f"context {index} was not asked for")
+    entries = _entries(data.get("contexts")) if part.per_context else []
+    keys = [_index(key) for key, _ in entries]
+    strays = [key for (key, _), index in zip(entries, keys, strict=True) if index not in asked]
+    for key in strays:
+        reading.problems.append(
+            f"context key {key!r} is not an index" if _index(key) is None else f"context {key} was not asked for"
+        )
+    if strays:
+        reading.problems.append(f"the keys must be exactly {_keys(part.indices)}; no verdict of this answer is used")
+        entries, keys = [], []
+    repeated = {index for index, n in Counter(keys).items() if n > 1}
+    for twice in sorted(i for i in repeated if i is not None):
+        reading.problems.append(f"context {twice} was judged more than once")
+    for (_, entry), index in zip(entries, keys, strict=True):
+        if index is None or index in repeated:
             continue
         if not isinstance(entry, dict):
             reading.problems.append(f"context {index}: not an object")
@@ -278,7 +307,7 @@ def read_answer(data: Any, part: Part, n_contexts: int, reason_chars: int = REAS
                 wrong.append("'used' must be true or false")
         if wrong:
             reading.problems.append(f"context {index}: " + "; ".join(wrong))
-        elif index not in reading.verdicts:
+        else:
             reading.verdicts[index] = verdict
     absent = sorted(asked - set(reading.verdicts)) if part.per_context else []
     if absent:
@@ -305,11 +334,12 @@ def _claims(value: Any, n_contexts: int, problems: list[str]) -> list[dict[str, 
         if supported is None or not isinstance(indices, list) or not str(claim.get("claim", "")).strip():
             problems.append(f"claim {i}: needs 'claim', 'supported' (true/false) and 'context_indices'")
             return None
-        bad = [j for j in indices if not isinstance(j, int) or not 0 <= j < n_contexts]
+        numbers = [_index(j) for j in indices]
+        bad = [j for j, k in zip(indices, numbers, strict=True) if k is None or not 0 <= k < n_contexts]
         if bad:
             problems.append(f"claim {i}: context_indices {bad} out of range 0..{n_contexts - 1}")
             return None
-        claims.append({"claim": str(claim["claim"]), "supported": supported, "context_indices": indices})
+        claims.append({"claim": str(claim["claim"]), "supported": supported, "context_indices": numbers})
     return claims
 
 

@@ -54,6 +54,7 @@ from tests.servers.judge import (
     JudgeServer,
     NotJson,
     Partial,
+    Rewritten,
     Status,
     Valid,
     WrongCount,
@@ -485,6 +486,58 @@ def test_usage_is_counted_when_a_server_that_does_not_stream_reports_none(judge_
 
     assert scores(result) == EXPECTED
     assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
+
+
+def flipped(answer: dict[str, Any]) -> dict[str, Any]:
+    """The answer with every context's useful flag inverted: a draft the judge must not take for it."""
+    draft = json.loads(json.dumps(answer))
+    for verdict in draft["contexts"].values():
+        verdict["useful"] = not verdict["useful"]
+    return draft
+
+
+def test_misnumbered_verdicts_are_never_shifted_onto_other_contexts(judge_server: JudgeServer) -> None:
+    def one_based(answer: dict[str, Any]) -> str:
+        return json.dumps({**answer, "contexts": {str(int(k) + 1): v for k, v in answer["contexts"].items()}})
+
+    judge_server.script(Rewritten(one_based))
+    result = score(make_judge(judge_server))
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 2
+    assert schema_keys(judge_server.requests[1]) == ["0", "1", "2", "3", "4"]  # nothing of it was kept
+
+
+@pytest.mark.parametrize(
+    ("true", "false"), [("yes", "no"), ("Yes", "No"), (1, 0), ("1", "0"), ("TRUE", "False")]
+)
+def test_flags_written_as_yes_no_or_one_zero_are_read(judge_server: JudgeServer, true: Any, false: Any) -> None:
+    def spelt(answer: dict[str, Any]) -> str:
+        for verdict in answer["contexts"].values():
+            for name in ("useful", "used"):
+                verdict[name] = true if verdict[name] else false
+        for claim in answer["claims"]:
+            claim["supported"] = true if claim["supported"] else false
+        return json.dumps(answer)
+
+    judge_server.script(Rewritten(spelt))
+    result = score(make_judge(judge_server))
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 1
+
+
+@pytest.mark.parametrize("value", ["maybe", 2, 0.5, "useful", None])
+def test_a_flag_that_is_not_a_yes_or_no_is_asked_again(judge_server: JudgeServer, value: Any) -> None:
+    def vague(answer: dict[str, Any]) -> str:
+        answer["contexts"]["0"]["useful"] = value
+        return json.dumps(answer)
+
+    judge_server.script(Rewritten(vague))
+    result = score(make_judge(judge_server))
+
+    assert scores(result) == EXPECTED
+    assert schema_keys(judge_server.requests[1]) == ["0"]
 
 
 # --- transport failures ------------------------------------------------------------------------------------
