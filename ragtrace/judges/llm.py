@@ -53,6 +53,7 @@ from ragtrace.judges.prompts import (
     Part,
     Prompt,
     Reading,
+    RepeatedKey,
     TokenCounter,
     build_prompt,
     load_litellm,
@@ -64,6 +65,7 @@ from ragtrace.judges.prompts import (
     retry_messages,
     version_for,
     whole,
+    without_reasoning,
 )
 from ragtrace.scoring import Aspect, ContextVerdict, JudgeUsage, Verdicts, check_verdicts
 from ragtrace.scoring.verdicts import ClaimVerdict
@@ -519,10 +521,13 @@ class LLMJudge(PerProcessState):
 
     def _read(self, content: str, part: Part, n: int) -> tuple[Reading, str]:
         """The usable verdicts of an answer, and what to tell the judge about the rest."""
+        content = without_reasoning(content)
         if not content.strip():
             return Reading(), "the reply was empty; reply with a JSON object"
         try:
             data = parse_json(content)
+        except RepeatedKey as exc:  # a shorter reading would silently keep one of the two values
+            return Reading(), str(exc)
         except ValueError as exc:
             try:
                 data = parse_cut_json(content)

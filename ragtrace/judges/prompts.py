@@ -10,6 +10,7 @@ well-formed verdict of an answer, so a partial one can be completed by a smaller
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -520,28 +521,120 @@ def retry_messages(answer: str, error: str, part: Part, reason_chars: int = REAS
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
+# Reasoning models (DeepSeek-R1, Qwen3, ...) served without a reasoning parser think in the reply itself.
+_THINK_OPEN = re.compile(r"<(?:think|thinking|reasoning)>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</(?:think|thinking|reasoning)>", re.IGNORECASE)
+
+
+class RepeatedKey(ValueError):
+    """A JSON object names a key twice: which value the judge meant cannot be told, so neither is read."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise RepeatedKey(f"the reply gives {key!r} twice; give each key once")
+        found[key] = value
+    return found
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def without_reasoning(text: str) -> str:
+    """The reply without a reasoning model's thinking: what follows the last closing tag (a chat template
+    may have sent the opening one itself); a block never closed leaves nothing, as its drafts are not
+    the answer."""
+    closes = list(_THINK_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end() :]
+    opened = _THINK_OPEN.search(text)
+    return text[: opened.start()] if opened else text
+
+
+def _without_trailing_commas(text: str) -> str:
+    """The text with every comma that directly precedes a closing bracket dropped (outside strings)."""
+    out: list[str] = []
+    in_string = escaped = False
+    pending = ""  # a comma and the blanks after it, held until the next character says whether it stays
+    for char in text:
+        if in_string:
+            out.append(char)
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+            continue
+        if pending:
+            if char.isspace():
+                pending += char
+                continue
+            out.append(pending[1:] if char in "}]" else pending)
+            pending = ""
+        if char == ",":
+            pending = char
+            continue
+        if char == '"':
+            in_string = True
+        out.append(char)
+    return "".join(out) + pending
+
+
+def _objects(text: str) -> list[Any]:
+    """Every top-level {...} of `text` that is a JSON object, in order: prose around and between them
+    is skipped, and so is what is nested in a span that is not JSON (a cut answer's inner verdict is
+    not the answer)."""
+    found: list[Any] = []
+    depth = start = 0
+    in_string = escaped = False
+    for pos, char in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"' and depth:
+            in_string = True
+        elif char == "{":
+            start = pos if depth == 0 else start
+            depth += 1
+        elif char == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                with contextlib.suppress(json.JSONDecodeError):
+                    found.append(_DECODER.decode(text[start : pos + 1]))
+    return found
 
 
 def parse_json(text: str) -> Any:
-    """The JSON object in a reply: bare, in a ```json fence, or the outermost {...} in prose."""
-    text = text.strip()
-    candidates = [text]
-    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
-    start, end = text.find("{"), text.rfind("}")
-    if 0 <= start < end:
-        candidates.append(text[start : end + 1])
+    """The JSON object in a reply: bare, in a ```json fence, or in prose (the last object when there are
+    several: a model that corrects itself ends with the correction). Trailing commas are forgiven; a
+    key given twice is not (`RepeatedKey`)."""
+    text = text.strip().lstrip("\ufeff")
     error: json.JSONDecodeError | None = None
-    for candidate in candidates:
-        try:
-            return json.loads(candidate)
-        except json.JSONDecodeError as exc:
-            error = error or exc
+    for source in (text, _without_trailing_commas(text)):
+        candidates = [source, *(m.group(1).strip() for m in _FENCE.finditer(source))]
+        for candidate in candidates:
+            try:
+                return _DECODER.decode(candidate)
+            except json.JSONDecodeError as exc:
+                error = error or exc
+        objects = _objects(source)
+        if objects:
+            return objects[-1]
     raise ValueError(f"the reply is not JSON ({error}); reply with a JSON object only")
 
 
 def parse_cut_json(text: str) -> Any:
     """The complete part of a JSON object cut off mid-way (an answer that hit `max_tokens`): the text up
-    to the last value that closed, with the brackets still open closed. Raises ValueError when none."""
+    to the last value that closed, with the objects still open closed. An array still open is never
+    closed: a list cut short (the claims, the missing items) is not the list, so the reading ends
+    before it. Raises ValueError when nothing complete is left."""
     start = text.find("{")
     if start < 0:
         raise ValueError("the reply has no JSON object")

@@ -540,6 +540,77 @@ def test_a_flag_that_is_not_a_yes_or_no_is_asked_again(judge_server: JudgeServer
     assert schema_keys(judge_server.requests[1]) == ["0"]
 
 
+@pytest.mark.parametrize(
+    "write",
+    [
+        # DeepSeek-R1 / Qwen3 through a server without a reasoning parser: the thinking is in the content.
+        lambda a: "<think>A first guess: " + json.dumps(flipped(a)) + " No, redo it.</think>\n" + json.dumps(a),
+        # A chat template that opens the block itself: only its end reaches the reply.
+        lambda a: "Draft " + json.dumps(flipped(a)) + "\nchecking again...\n</think>\n\n" + json.dumps(a),
+        lambda a: "<think>The set {0, 2} looks useful.</think>" + json.dumps(a),
+    ],
+    ids=["think-block", "think-end-only", "think-braces"],
+)
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_reasoning_block_before_the_answer_is_not_read_as_it(
+    judge_server: JudgeServer, write: Any, stream: bool
+) -> None:
+    judge_server.script(Rewritten(write))
+    result = score(make_judge(judge_server, stream=stream))
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 1
+
+
+def test_a_reasoning_block_cut_before_its_end_is_no_answer(judge_server: JudgeServer) -> None:
+    judge_server.script(Rewritten(lambda a: "<think>Draft: " + json.dumps(flipped(a)) + " now check", "length"))
+    judge = make_judge(judge_server)
+    result = score(judge)
+
+    assert scores(result) == EXPECTED  # the draft inside the unfinished block was not taken
+    assert len(judge_server.requests) == 2
+    assert "empty" in judge_server.requests[1]["messages"][-1]["content"]
+
+
+def twice_in_object(answer: dict[str, Any]) -> str:
+    wrong = json.dumps(flipped(answer)["contexts"]["0"])
+    return json.dumps(answer)[:-1].replace('"contexts": {', '"contexts": {"0": ' + wrong + ", ", 1) + "}"
+
+
+def twice_in_list(answer: dict[str, Any]) -> str:
+    entries = [{"index": int(k), **v} for k, v in answer["contexts"].items()]
+    wrong = {"index": 0, **flipped(answer)["contexts"]["0"]}
+    return json.dumps({**answer, "contexts": [wrong, *entries]})
+
+
+@pytest.mark.parametrize("write", [twice_in_object, twice_in_list], ids=["object", "list"])
+def test_a_context_judged_twice_is_asked_again(judge_server: JudgeServer, write: Any) -> None:
+    judge_server.script(Rewritten(write))
+    result = score(make_judge(judge_server))
+
+    assert scores(result) == EXPECTED  # neither copy was taken
+    assert len(judge_server.requests) == 2
+    assert "0" in schema_keys(judge_server.requests[1])
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda a: "Below is the JSON {as requested}:\n" + json.dumps(a),
+        lambda a: "```json\n" + json.dumps(a) + "\n```\nNote: I used {index: verdict} keys.",
+        lambda a: json.dumps(a, indent=1).replace("\n}", ",\n}").replace("\n ]", ",\n ]"),  # trailing commas
+        lambda a: "\ufeff" + json.dumps(a, ensure_ascii=False),
+    ],
+    ids=["prose-with-braces", "fence-then-prose-with-braces", "trailing-commas", "bom"],
+)
+def test_the_answer_object_is_found_around_what_models_add(judge_server: JudgeServer, write: Any) -> None:
+    judge_server.script(Rewritten(write))
+    result = score(make_judge(judge_server))
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 1
+
+
 # --- transport failures ------------------------------------------------------------------------------------
 
 
