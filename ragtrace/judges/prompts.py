@@ -662,9 +662,10 @@ def parse_cut_json(text: str) -> Any:
             closes.append((pos + 1, "".join(reversed(stack))))
             if not stack:
                 break
-    for end, closers in reversed(closes[-50:]):
+    whole_lists = [(end, closers) for end, closers in closes if "]" not in closers]
+    for end, closers in reversed(whole_lists[-50:]):
         try:
-            return json.loads(text[start:end] + closers)
+            return _DECODER.decode(text[start:end] + closers)
         except json.JSONDecodeError:
             continue
     raise ValueError("the reply is cut off before any complete JSON value")

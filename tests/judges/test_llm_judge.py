@@ -419,6 +419,8 @@ def test_parse_cut_json_keeps_what_closed_before_the_cut() -> None:
     cut = '{"contexts": {"0": {"reason": "a", "useful": true}, "1": {"reason": "b", "use'
     assert parse_cut_json(cut) == {"contexts": {"0": {"reason": "a", "useful": True}}}
     assert parse_cut_json('{"a": "x}y", "b": [1, 2], "c": [3') == {"a": "x}y", "b": [1, 2]}
+    # a list cut short is not the list: the reading ends before it, however many entries closed in it
+    assert parse_cut_json('{"a": {"b": 1}, "claims": [{"claim": "x"}, {"claim": "y"}, {"cl') == {"a": {"b": 1}}
     with pytest.raises(ValueError):
         parse_cut_json('{"contexts": {"0": {"rea')
 
@@ -609,6 +611,22 @@ def test_the_answer_object_is_found_around_what_models_add(judge_server: JudgeSe
 
     assert scores(result) == EXPECTED
     assert len(judge_server.requests) == 1
+
+
+def test_claims_cut_off_mid_list_are_asked_again_never_counted_short(judge_server: JudgeServer) -> None:
+    def cut_in_second_claim(answer: dict[str, Any]) -> str:
+        text = json.dumps(answer)
+        second = text.index('{"claim"', text.index('{"claim"') + 1)
+        return text[: second + 20]
+
+    judge_server.script(Rewritten(cut_in_second_claim, "length"))
+    judge = make_judge(judge_server)
+    result = score(judge)
+
+    assert scores(result) == EXPECTED  # recall from all three claims, not 1/1 from the one before the cut
+    assert len(judge_server.requests) == 2
+    assert {"claims"} <= schema_fields(judge_server.requests[1])
+    assert "contexts" not in schema_fields(judge_server.requests[1])  # those were whole: kept
 
 
 # --- transport failures ------------------------------------------------------------------------------------
