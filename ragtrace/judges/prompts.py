@@ -316,7 +316,11 @@ def read_answer(data: Any, part: Part, n_contexts: int, reason_chars: int = REAS
     if part.missing:
         missing = data.get("missing")
         if isinstance(missing, list):
-            reading.missing = [str(m)[:reason_chars] for m in missing if str(m).strip()][:_MAX_MISSING]
+            # Each piece counts once against the score: a model that names it twice does not double it.
+            pieces: dict[str, str] = {}
+            for piece in missing:
+                pieces.setdefault(" ".join(str(piece).split()).casefold(), str(piece)[:reason_chars])
+            reading.missing = [piece for key, piece in pieces.items() if key][:_MAX_MISSING]
         else:
             reading.problems.append("'missing' must be a list of strings")
     if part.claims:

@@ -510,6 +510,18 @@ def test_misnumbered_verdicts_are_never_shifted_onto_other_contexts(judge_server
     assert schema_keys(judge_server.requests[1]) == ["0", "1", "2", "3", "4"]  # nothing of it was kept
 
 
+def test_a_missing_piece_named_twice_is_penalised_once(judge_server: JudgeServer) -> None:
+    def repeated(answer: dict[str, Any]) -> str:
+        answer["missing"] = [*answer["missing"], " " + answer["missing"][0].upper()]
+        return json.dumps(answer)
+
+    judge_server.script(Rewritten(repeated))
+    result = score(make_judge(judge_server))
+
+    assert scores(result) == EXPECTED  # relevance 0.31 with one 'population' penalty, not 0.16 with two
+    assert len(judge_server.requests) == 1
+
+
 @pytest.mark.parametrize(
     ("true", "false"), [("yes", "no"), ("Yes", "No"), (1, 0), ("1", "0"), ("TRUE", "False")]
 )
