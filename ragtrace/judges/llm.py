@@ -623,16 +623,22 @@ class LLMJudge(PerProcessState):
                 retryable = status == 429 or _unavailable(exc, status, litellm)
                 if not retryable:
                     raise JudgeError(f"judge call failed: {self._scrub(exc)}", tally.usage()) from exc
-                if attempt >= self.max_retries:
+                wait = _retry_after(exc)
+                # A server that asks for a longer wait than a whole call may take is not waited for: the
+                # sample would outlive its timeout asleep, and an earlier retry only meets the same refusal.
+                too_long = wait is not None and wait > self.timeout
+                if attempt >= self.max_retries or too_long:
+                    asked = f" (the server asked to wait {wait:g}s)" if too_long else ""
                     if status == 429:
                         raise RateLimited(
-                            f"judge rate limited after {attempt + 1} attempts: {self._scrub(exc)}", tally.usage()
+                            f"judge rate limited after {attempt + 1} attempts{asked}: {self._scrub(exc)}",
+                            tally.usage(),
                         ) from exc
                     raise JudgeUnavailable(
-                        f"judge unavailable after {attempt + 1} attempts: {self._scrub(exc)}", tally.usage()
+                        f"judge unavailable after {attempt + 1} attempts{asked}: {self._scrub(exc)}", tally.usage()
                     ) from exc
                 self._note("transport_retries")
-                await asyncio.sleep(self._backoff(attempt, _retry_after(exc)))
+                await asyncio.sleep(self._backoff(attempt, wait))
                 attempt += 1
                 continue
             finally:

@@ -665,6 +665,18 @@ def test_429_storm_is_rate_limited(judge_server: JudgeServer) -> None:
     assert result.results[0].usage.calls == 3
 
 
+@pytest.mark.parametrize(("status", "code"), [(429, "rate_limited"), (503, "judge_unavailable")])
+def test_a_wait_asked_for_longer_than_the_timeout_ends_the_sample_now(
+    judge_server: JudgeServer, status: int, code: str
+) -> None:
+    judge_server.script(Status(status, "come back later", headers={"Retry-After": "120"}))
+    result = score(make_judge(judge_server, timeout=5))
+
+    assert errors(result) == {code}
+    assert len(judge_server.requests) == 1  # not slept through, not asked again
+    assert "asked to wait 120s" in (result.results[0].error_message or "")
+
+
 def test_500_storm_is_judge_unavailable(judge_server: JudgeServer) -> None:
     judge_server.default = Status(500, "upstream exploded")
     result = score(make_judge(judge_server, max_retries=3))
