@@ -139,13 +139,15 @@ def _retry_after(exc: BaseException) -> float | None:
 
 @dataclass(frozen=True)
 class _Answer:
-    """One call's reply: its text, why it ended, and what it cost (tokens 0 when nobody counted them)."""
+    """One call's reply: its text, why it ended, and what it cost (tokens 0 when nobody counted them).
+    `reasoned` says the server sent a reasoning model's thinking apart (`reasoning_content`)."""
 
     content: str
     finish_reason: str | None
     input_tokens: int
     output_tokens: int
     cost: float | None
+    reasoned: bool = False
 
 
 def _priced(litellm: Any, model: str, input_tokens: int, output_tokens: int) -> float | None:
@@ -175,6 +177,7 @@ def _from_response(response: Any, litellm: Any) -> _Answer:
         input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         cost=None if cost is None else float(cost),
+        reasoned=bool(getattr(choice.message, "reasoning_content", None)),
     )
 
 
@@ -491,11 +494,12 @@ class LLMJudge(PerProcessState):
                     prompts[mode] = self._prompt(request, asked, mode, version)
                 return prompts[mode]
 
-            content, finish = await self._complete(
+            answer = await self._complete(
                 render, history, asked, tally, temperature, self._output_budget(request, asked)
             )
+            content, finish = answer.content, answer.finish_reason
             truncated.update(next(iter(prompts.values())).truncated)  # the same cut in every mode
-            reading, error = self._read(content, asked, n)
+            reading, error = self._read(content, asked, n, answer.reasoned)
             if finish == "length":
                 error = f"the answer was cut off at the token limit; keep every reason short. {error}"
             collected.merge(reading)
@@ -519,11 +523,17 @@ class LLMJudge(PerProcessState):
             previous = content
             history = retry_messages(content, _short(error, 1500), pending, self.reason_chars)
 
-    def _read(self, content: str, part: Part, n: int) -> tuple[Reading, str]:
+    def _read(self, content: str, part: Part, n: int, reasoned: bool = False) -> tuple[Reading, str]:
         """The usable verdicts of an answer, and what to tell the judge about the rest."""
-        content = without_reasoning(content)
-        if not content.strip():
+        answer = without_reasoning(content)
+        if not answer.strip():
+            if reasoned or answer != content:  # a reasoning model that never got to its answer
+                return Reading(), (
+                    "the reply holds only reasoning and no JSON object; think briefly, then reply with the "
+                    "JSON object (a reasoning model needs a larger max_tokens, or its thinking turned off)"
+                )
             return Reading(), "the reply was empty; reply with a JSON object"
+        content = answer
         try:
             data = parse_json(content)
         except RepeatedKey as exc:  # a shorter reading would silently keep one of the two values
@@ -562,8 +572,8 @@ class LLMJudge(PerProcessState):
         tally: _Tally,
         temperature: float,
         max_tokens: int,
-    ) -> tuple[str, str | None]:
-        """One answer's text and finish reason: walks down the output modes on rejection, retries
+    ) -> _Answer:
+        """One answer: walks down the output modes on rejection, retries
         transport failures, and cancels a call that runs past `timeout`."""
         litellm = load_litellm()
         attempt = 0
@@ -646,7 +656,7 @@ class LLMJudge(PerProcessState):
             tally.add(response)
             if self.budget is not None:
                 self.budget.spend(_spent_tokens(response, messages, self._count))
-            return response.content, response.finish_reason
+            return response
 
     async def _call(self, litellm: Any, kwargs: dict[str, Any]) -> _Answer:
         """One completion. A stream is read to its end and closed in any case, so a cancelled call
@@ -657,10 +667,12 @@ class LLMJudge(PerProcessState):
         pieces: list[str] = []
         finish: str | None = None
         usage: Any = None
+        reasoned = False
         try:
             async for chunk in stream:
                 for choice in getattr(chunk, "choices", None) or []:
                     pieces.append(getattr(choice.delta, "content", None) or "")
+                    reasoned = reasoned or bool(getattr(choice.delta, "reasoning_content", None))
                     finish = getattr(choice, "finish_reason", None) or finish
                 usage = getattr(chunk, "usage", None) or usage
         finally:
@@ -669,7 +681,8 @@ class LLMJudge(PerProcessState):
         content = "".join(pieces)
         input_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
         output_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
-        return self._counted(_Answer(content, finish, input_tokens, output_tokens, None), kwargs, litellm)
+        answer = _Answer(content, finish, input_tokens, output_tokens, None, reasoned)
+        return self._counted(answer, kwargs, litellm)
 
     def _counted(self, answer: _Answer, kwargs: dict[str, Any], litellm: Any) -> _Answer:
         """The answer with tokens and price: servers that report no usage (llama-cpp-python's stream,

@@ -625,6 +625,26 @@ def test_the_answer_object_is_found_around_what_models_add(judge_server: JudgeSe
     assert len(judge_server.requests) == 1
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        # vLLM / Ollama with a reasoning parser: the thinking apart, no content left at the token limit.
+        Rewritten(lambda a: "", "length", message={"reasoning_content": "Context 0 says Paris is the capital"}),
+        Rewritten(lambda a: "<think>Context 0 says Paris is the capital", "length"),
+    ],
+    ids=["reasoning_content", "think-block"],
+)
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_reply_that_is_all_reasoning_is_said_to_be_so(judge_server: JudgeServer, reply: Any, stream: bool) -> None:
+    judge_server.default = reply
+    result = score(make_judge(judge_server, stream=stream, max_invalid_retries=1))
+
+    assert errors(result) == {"judge_invalid_output"}
+    message = result.results[0].error_message or ""
+    assert "only reasoning" in message and "max_tokens" in message
+    assert "only reasoning" in judge_server.requests[1]["messages"][-1]["content"]
+
+
 def test_claims_cut_off_mid_list_are_asked_again_never_counted_short(judge_server: JudgeServer) -> None:
     def cut_in_second_claim(answer: dict[str, Any]) -> str:
         text = json.dumps(answer)
