@@ -161,6 +161,18 @@ def _priced(litellm: Any, model: str, input_tokens: int, output_tokens: int) -> 
     return float(prompt_cost) + float(completion_cost)
 
 
+def _text_of(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts (Mistral's reasoning
+    models send `[{"type": "thinking", ...}, {"type": "text", "text": ...}]`; the thinking is not the answer)."""
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text") or "") for part in content if isinstance(part, dict) and part.get("type") == "text"
+        )
+    return str(content)
+
+
 def _from_response(response: Any, litellm: Any) -> _Answer:
     usage = getattr(response, "usage", None)
     choice = response.choices[0]
@@ -172,7 +184,7 @@ def _from_response(response: Any, litellm: Any) -> _Answer:
     except Exception:
         cost = None
     return _Answer(
-        content=str(choice.message.content or ""),
+        content=_text_of(choice.message.content),
         finish_reason=getattr(choice, "finish_reason", None),
         input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
@@ -671,7 +683,7 @@ class LLMJudge(PerProcessState):
         try:
             async for chunk in stream:
                 for choice in getattr(chunk, "choices", None) or []:
-                    pieces.append(getattr(choice.delta, "content", None) or "")
+                    pieces.append(_text_of(getattr(choice.delta, "content", None)))
                     reasoned = reasoned or bool(getattr(choice.delta, "reasoning_content", None))
                     finish = getattr(choice, "finish_reason", None) or finish
                 usage = getattr(chunk, "usage", None) or usage

@@ -54,6 +54,7 @@ from tests.servers.judge import (
     JudgeServer,
     NotJson,
     Partial,
+    Reply,
     Rewritten,
     Status,
     Valid,
@@ -622,6 +623,26 @@ def test_the_answer_object_is_found_around_what_models_add(judge_server: JudgeSe
     result = score(make_judge(judge_server))
 
     assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 1
+
+
+# litellm's own Delta model, typed for a string, warns as it carries the list through.
+@pytest.mark.filterwarnings("ignore:Pydantic serializer warnings")
+def test_a_streamed_reply_in_content_parts_is_read_from_its_text_parts(judge_server: JudgeServer) -> None:
+    def parts(answer: dict[str, Any]) -> dict[str, Any]:
+        thinking = {"type": "thinking", "thinking": [{"type": "text", "text": json.dumps(flipped(answer))}]}
+        return {"content": [thinking, {"type": "text", "text": json.dumps(answer)}]}
+
+    class InParts(Rewritten):
+        def reply(self, body: dict[str, Any]) -> Reply:
+            reply = super().reply(body)
+            reply.message, reply.content = parts(json.loads(reply.content or "{}")), ""
+            return reply
+
+    judge_server.script(InParts())
+    result = score(make_judge(judge_server))
+
+    assert scores(result) == EXPECTED  # the text part, not the thinking part's draft
     assert len(judge_server.requests) == 1
 
 

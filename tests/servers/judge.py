@@ -38,6 +38,7 @@ __all__ = [
     "JudgeServer",
     "NotJson",
     "Partial",
+    "Reply",
     "Rewritten",
     "Status",
     "Valid",
