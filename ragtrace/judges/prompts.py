@@ -546,6 +546,15 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
 
 
+def _decode(text: str) -> Any:
+    """`text` as JSON; nesting deeper than the interpreter's recursion limit (a model looping on "[")
+    is a decode error like any other, not a RecursionError."""
+    try:
+        return _DECODER.decode(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
+
+
 def without_reasoning(text: str) -> str:
     """The reply without a reasoning model's thinking: what follows the last closing tag (a chat template
     may have sent the opening one itself); a block never closed leaves nothing, as its drafts are not
@@ -611,7 +620,7 @@ def _objects(text: str) -> list[Any]:
             depth -= 1
             if depth == 0:
                 with contextlib.suppress(json.JSONDecodeError):
-                    found.append(_DECODER.decode(text[start : pos + 1]))
+                    found.append(_decode(text[start : pos + 1]))
     return found
 
 
@@ -625,7 +634,7 @@ def parse_json(text: str) -> Any:
         candidates = [source, *(m.group(1).strip() for m in _FENCE.finditer(source))]
         for candidate in candidates:
             try:
-                return _DECODER.decode(candidate)
+                return _decode(candidate)
             except json.JSONDecodeError as exc:
                 error = error or exc
         objects = _objects(source)
@@ -669,7 +678,7 @@ def parse_cut_json(text: str) -> Any:
     whole_lists = [(end, closers) for end, closers in closes if "]" not in closers]
     for end, closers in reversed(whole_lists[-50:]):
         try:
-            return _DECODER.decode(text[start:end] + closers)
+            return _decode(text[start:end] + closers)
         except json.JSONDecodeError:
             continue
     raise ValueError("the reply is cut off before any complete JSON value")

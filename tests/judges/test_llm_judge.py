@@ -483,6 +483,17 @@ def test_non_json_answer_every_time_is_a_typed_error(judge_server: JudgeServer) 
 # --- replies real servers send ----------------------------------------------------------------------------
 
 
+def test_a_reply_nested_deeper_than_python_can_decode_is_asked_again(judge_server: JudgeServer) -> None:
+    depth = 5000  # past the interpreter's recursion limit
+    judge_server.script(NotJson(text='{"contexts": ' + '{"a": ' * depth + "1" + "}" * depth + "}"))
+    judge = make_judge(judge_server, stream=False)  # (streamed, litellm's repetition guard stops it first)
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 2
+    assert judge.path_counts()["invalid_retries"] == 1
+
+
 def test_usage_is_counted_when_a_server_that_does_not_stream_reports_none(judge_server: JudgeServer) -> None:
     judge_server.report_usage = False
     result = score(make_judge(judge_server, stream=False))
