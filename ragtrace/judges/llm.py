@@ -83,6 +83,10 @@ _FORMAT_WORDS = (
 # Statuses that are never about the request's format: auth, routing, rate, timeout.
 _NOT_FORMAT = frozenset({401, 403, 404, 408, 429})
 _MAX_BACKOFF = 60.0
+# litellm stops a stream whose model sends the same chunk 100 times over (a JSON-mode model padding its
+# answer with whitespace, a loop); its error says so in these words, as a 500 that is not the server's.
+_REPEATED_WORDS = "repeating the same chunk"
+REPEATED = "repeated"  # the finish reason of an answer stopped that way
 
 # The structured-output mode each endpoint (api_base, model) was found to accept, for every judge of
 # this process: a refusal learnt once is not probed again.
@@ -331,7 +335,7 @@ class LLMJudge(PerProcessState):
     def path_counts(self) -> dict[str, int]:
         """How often each path was taken since this judge was made: `calls`, `format_stepdowns`,
         `transport_retries`, `timeouts`, `invalid_retries`, `temperature_steps`, `followup_calls`,
-        `cut_answers_read`, `split_per_aspect`, `chunked_requests`, `judged`, `failed`."""
+        `cut_answers_read`, `repeated_answers`, `split_per_aspect`, `chunked_requests`, `judged`, `failed`."""
         with self._lock:
             return dict(self._paths)
 
@@ -514,6 +518,9 @@ class LLMJudge(PerProcessState):
             reading, error = self._read(content, asked, n, answer.reasoned)
             if finish == "length":
                 error = f"the answer was cut off at the token limit; keep every reason short. {error}"
+            elif finish == REPEATED:
+                self._note("repeated_answers")
+                error = f"the answer repeated the same text until it was stopped; end it after the JSON. {error}"
             collected.merge(reading)
             pending = reading.left(asked)
             if pending is None:
@@ -687,6 +694,12 @@ class LLMJudge(PerProcessState):
                     reasoned = reasoned or bool(getattr(choice.delta, "reasoning_content", None))
                     finish = getattr(choice, "finish_reason", None) or finish
                 usage = getattr(chunk, "usage", None) or usage
+        except Exception as exc:
+            if _REPEATED_WORDS not in str(exc):
+                raise
+            # The model's doing, not the server's: what it wrote so far is its answer (often complete,
+            # with the padding after it), read like a cut one.
+            finish = REPEATED
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()

@@ -483,6 +483,29 @@ def test_non_json_answer_every_time_is_a_typed_error(judge_server: JudgeServer) 
 # --- replies real servers send ----------------------------------------------------------------------------
 
 
+def test_a_streamed_answer_padded_until_litellm_stops_it_is_read(judge_server: JudgeServer) -> None:
+    # JSON mode on llama.cpp / Ollama: a complete object, then whitespace until max_tokens; litellm's
+    # repetition guard ends the stream after 100 identical chunks with a 500 of its own.
+    judge_server.script(Rewritten(lambda a: json.dumps(a) + " " * 16 * 200))
+    judge = make_judge(judge_server)
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 1  # not retried as if the server were down
+    assert judge.path_counts()["repeated_answers"] == 1
+
+
+def test_a_loop_stopped_before_any_answer_is_an_invalid_answer_not_an_outage(judge_server: JudgeServer) -> None:
+    judge_server.default = NotJson(text="Let me think. " + "-" * 16 * 200)
+    judge = make_judge(judge_server, max_invalid_retries=1)
+    result = score(judge)
+
+    assert errors(result) == {"judge_invalid_output"}
+    assert len(judge_server.requests) == 2
+    assert "repeated the same text" in (result.results[0].error_message or "")
+    assert "transport_retries" not in judge.path_counts()
+
+
 def test_a_reply_nested_deeper_than_python_can_decode_is_asked_again(judge_server: JudgeServer) -> None:
     depth = 5000  # past the interpreter's recursion limit
     judge_server.script(NotJson(text='{"contexts": ' + '{"a": ' * depth + "1" + "}" * depth + "}"))
