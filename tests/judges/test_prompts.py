@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
+import json
 import re
 import unicodedata
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragtrace.judges.prompts import TokenCounter, build_prompt, whole
+from ragtrace.judges.prompts import (
+    Part,
+    TokenCounter,
+    build_prompt,
+    parse_cut_json,
+    parse_json,
+    read_answer,
+    whole,
+    without_reasoning,
+)
 from ragtrace.scoring import Aspect, RagSample
 
 TAGS = ("query", "reference", "response", "ground_truth", "context")
@@ -71,3 +83,45 @@ def test_instructions_come_before_the_data_and_the_rule_after_it() -> None:
     last_data = user.rindex("</context>")
     assert "Reply with the JSON object" in user[last_data:]
     assert user.count("</context>") == 1  # the context's own closing tag was neutralised
+
+
+# --- reading a reply: any text, any JSON, never anything but a verdict or a stated problem -------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 12) | st.floats(allow_nan=False) | st.text(max_size=8)
+    | st.sampled_from(["yes", "no", "1", "0", "high", "none", "Useful"]),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.sampled_from(["0", "1", "2", "7", "-1", "x", "index", "useful", "level", "used",
+                                       "reason", "contexts", "missing", "claims", "claim", "supported",
+                                       "context_indices"]), children, max_size=5),
+    max_leaves=30,
+)
+REPLY_PIECES = st.sampled_from(
+    ["{", "}", "[", "]", '"', ",", ":", "<think>", "</think>", "```json", "```", "\\", "\ufeff", " ", "\n"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=6), REPLY_PIECES, JSON_VALUES.map(json.dumps)), max_size=12))
+def test_any_reply_text_is_an_object_or_a_value_error(pieces: list[str]) -> None:
+    text = without_reasoning("".join(pieces))
+    for read in (parse_json, parse_cut_json):
+        with contextlib.suppress(ValueError):  # anything else (TypeError, RecursionError, ...) fails the test
+            read(text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(JSON_VALUES, st.integers(1, 4), st.booleans())
+def test_read_answer_keeps_only_well_formed_verdicts_of_asked_contexts(data: Any, n: int, claims: bool) -> None:
+    part = Part(frozenset({Aspect.USEFULNESS, Aspect.RELEVANCE}), tuple(range(n)), missing=True, claims=claims)
+    reading = read_answer({"contexts": data, "missing": data, "claims": data}, part, n)
+
+    assert set(reading.verdicts) <= set(range(n))
+    for index, verdict in reading.verdicts.items():
+        assert verdict["index"] == index
+        assert isinstance(verdict["useful"], bool) and isinstance(verdict["used"], bool)
+        assert verdict["level"] in ("high", "medium", "low", "none")
+    if reading.left(part) is not None:
+        assert reading.problems  # whatever was not taken is said
+    for claim in reading.claims or []:
+        assert all(isinstance(i, int) and 0 <= i < n for i in claim["context_indices"])
