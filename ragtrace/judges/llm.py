@@ -179,6 +179,8 @@ def _text_of(content: Any) -> str:
 
 def _from_response(response: Any, litellm: Any) -> _Answer:
     usage = getattr(response, "usage", None)
+    if not response.choices:  # a 200 that is not an answer: a proxy's page, a server's error object
+        raise ValueError("the server's reply holds no answer (no choices); check the endpoint")
     choice = response.choices[0]
     hidden = getattr(response, "_hidden_params", None) or {}
     try:  # litellm prices each response it logs; None means the model's price is unknown

@@ -54,6 +54,7 @@ from tests.servers.judge import (
     JudgeServer,
     NotJson,
     Partial,
+    Raw,
     Reply,
     Rewritten,
     Status,
@@ -515,6 +516,14 @@ def test_a_reply_nested_deeper_than_python_can_decode_is_asked_again(judge_serve
     assert scores(result) == EXPECTED
     assert len(judge_server.requests) == 2
     assert judge.path_counts()["invalid_retries"] == 1
+
+
+def test_a_reply_without_choices_is_a_judge_error_that_says_so(judge_server: JudgeServer) -> None:
+    judge_server.default = Raw({"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": []})
+    result = score(make_judge(judge_server, stream=False))
+
+    assert errors(result) == {"judge_error"}
+    assert "no answer (no choices)" in (result.results[0].error_message or "")
 
 
 def test_usage_is_counted_when_a_server_that_does_not_stream_reports_none(judge_server: JudgeServer) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "JudgeServer",
     "NotJson",
     "Partial",
+    "Raw",
     "Reply",
     "Rewritten",
     "Status",
@@ -302,6 +303,18 @@ class Status(Behaviour):
         error = {"message": self.message, "type": self.error_type, "param": None, "code": self.status}
         payload = {"object": "error", **error} if self.top_level else {"error": error}
         return Reply(status=self.status, body=payload, headers=dict(self.headers))
+
+
+@dataclass
+class Raw(Behaviour):
+    """Any JSON body with any status, as a proxy or a broken server sends it (never streamed)."""
+
+    body: Any = None
+    status: int = 200
+    delay: float = 0.0
+
+    def reply(self, body: dict[str, Any]) -> Reply:
+        return Reply(status=self.status, body=self.body)
 
 
 @dataclass
