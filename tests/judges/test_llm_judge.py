@@ -627,7 +627,7 @@ def test_a_reasoning_block_cut_before_its_end_is_no_answer(judge_server: JudgeSe
 
     assert scores(result) == EXPECTED  # the draft inside the unfinished block was not taken
     assert len(judge_server.requests) == 2
-    assert "empty" in judge_server.requests[1]["messages"][-1]["content"]
+    assert "only reasoning" in judge_server.requests[1]["messages"][-1]["content"]
 
 
 def twice_in_object(answer: dict[str, Any]) -> str:
