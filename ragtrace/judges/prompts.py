@@ -15,6 +15,7 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -566,32 +567,40 @@ def without_reasoning(text: str) -> str:
     return text[: opened.start()] if opened else text
 
 
-def _without_trailing_commas(text: str) -> str:
-    """The text with every comma that directly precedes a closing bracket dropped (outside strings)."""
-    out: list[str] = []
+def _scan(text: str, start: int = 0) -> Iterator[tuple[int, str, bool]]:
+    """Each character of `text` from `start`, with whether it belongs to a JSON string (its quotes too)."""
     in_string = escaped = False
-    pending = ""  # a comma and the blanks after it, held until the next character says whether it stays
-    for char in text:
+    for pos in range(start, len(text)):
+        char = text[pos]
         if in_string:
-            out.append(char)
             if escaped:
                 escaped = False
             elif char == "\\":
                 escaped = True
             elif char == '"':
                 in_string = False
+        elif char == '"':
+            in_string = True
+        else:
+            yield pos, char, False
+            continue
+        yield pos, char, True
+
+
+def _without_trailing_commas(text: str) -> str:
+    """The text with every comma that directly precedes a closing bracket dropped (outside strings)."""
+    out: list[str] = []
+    pending = ""  # a comma and the blanks after it, held until the next character says whether it stays
+    for _, char, quoted in _scan(text):
+        if pending and not quoted and char.isspace():
+            pending += char
             continue
         if pending:
-            if char.isspace():
-                pending += char
-                continue
-            out.append(pending[1:] if char in "}]" else pending)
+            out.append(pending[1:] if not quoted and char in "}]" else pending)
             pending = ""
-        if char == ",":
+        if not quoted and char == ",":
             pending = char
             continue
-        if char == '"':
-            in_string = True
         out.append(char)
     return "".join(out) + pending
 
@@ -601,26 +610,21 @@ def _objects(text: str) -> list[Any]:
     is skipped, and so is what is nested in a span that is not JSON (a cut answer's inner verdict is
     not the answer)."""
     found: list[Any] = []
-    depth = start = 0
-    in_string = escaped = False
-    for pos, char in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"' and depth:
-            in_string = True
-        elif char == "{":
-            start = pos if depth == 0 else start
-            depth += 1
-        elif char == "}" and depth:
-            depth -= 1
+    start = text.find("{")
+    while start >= 0:
+        depth, end = 0, None
+        for pos, char, quoted in _scan(text, start):
+            if quoted or char not in "{}":
+                continue
+            depth += 1 if char == "{" else -1
             if depth == 0:
-                with contextlib.suppress(json.JSONDecodeError):
-                    found.append(_decode(text[start : pos + 1]))
+                end = pos + 1
+                break
+        if end is None:
+            return found  # never closed: nothing after it is at the top level
+        with contextlib.suppress(json.JSONDecodeError):
+            found.append(_decode(text[start:end]))
+        start = text.find("{", end)
     return found
 
 
@@ -653,20 +657,10 @@ def parse_cut_json(text: str) -> Any:
         raise ValueError("the reply has no JSON object")
     stack: list[str] = []
     closes: list[tuple[int, str]] = []  # (end of a closed value, the closers still owed there)
-    in_string = escaped = False
-    for pos in range(start, len(text)):
-        char = text[pos]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
+    for pos, char, quoted in _scan(text, start):
+        if quoted:
             continue
-        if char == '"':
-            in_string = True
-        elif char in "{[":
+        if char in "{[":
             stack.append("}" if char == "{" else "]")
         elif char in "}]":
             if not stack:
