@@ -628,13 +628,19 @@ def _objects(text: str) -> list[Any]:
     return found
 
 
+def _as_written_then_forgiven(text: str) -> Iterator[str]:
+    """The reply, then (only when that did not parse: it costs a pass in Python) without trailing commas."""
+    yield text
+    yield _without_trailing_commas(text)
+
+
 def parse_json(text: str) -> Any:
     """The JSON object in a reply: bare, in a ```json fence, or in prose (the last object when there are
     several: a model that corrects itself ends with the correction). Trailing commas are forgiven; a
     key given twice is not (`RepeatedKey`)."""
     text = text.strip().lstrip("\ufeff")
     error: json.JSONDecodeError | None = None
-    for source in (text, _without_trailing_commas(text)):
+    for source in _as_written_then_forgiven(text):
         candidates = [source, *(m.group(1).strip() for m in _FENCE.finditer(source))]
         for candidate in candidates:
             try:
