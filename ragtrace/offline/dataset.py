@@ -185,6 +185,11 @@ _BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"?|[][{}]')
 
 
 def read_json_documents(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]:
+    """The JSON documents of a file (`json_documents`), read line by line."""
+    return json_documents(read_lines(path, max_bytes), str(path), max_bytes)
+
+
+def json_documents(lines: Iterable[tuple[int, str]], name: str, max_bytes: int) -> Iterator[tuple[int, str]]:
     """JSON values one per line, or spread over lines as a pretty-printer writes them: (first line, text).
 
     A line whose last character cannot end a JSON value (`{`, `[`, `,`, `:`) starts a document that runs
@@ -193,7 +198,7 @@ def read_json_documents(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]
     """
     parts: list[str] = []
     first = depth = size = 0
-    for number, text in read_lines(path, max_bytes):
+    for number, text in lines:
         if not parts:
             stripped = text.rstrip()
             if not stripped:
@@ -205,7 +210,7 @@ def read_json_documents(path: Path, max_bytes: int) -> Iterator[tuple[int, str]]
         parts.append(text)
         size += len(text)
         if size > max_bytes:
-            raise DatasetError(str(path), f"the JSON document starting here is longer than the {max_bytes} byte limit",
+            raise DatasetError(name, f"the JSON document starting here is longer than the {max_bytes} byte limit",
                                first)
         for token in _BRACKETS.findall(text):
             depth += 1 if token in ("{", "[") else -1 if token in ("}", "]") else 0
@@ -269,9 +274,10 @@ class _Cursor:
 def _json(path: Path, max_bytes: int, fields: FieldMap) -> list[DatasetRow]:
     """A `.json` file: an array of objects (a row's line is where its object starts), else JSON Lines."""
     name = str(path)
-    cursor = _Cursor(name, "".join(text for _, text in read_lines(path, max_bytes)))
+    lines = list(read_lines(path, max_bytes))
+    cursor = _Cursor(name, "".join(text for _, text in lines))
     if cursor.skip_space() != "[":
-        return _jsonl(name, read_json_documents(path, max_bytes), fields)
+        return _jsonl(name, json_documents(lines, name, max_bytes), fields)
     decoder = json.JSONDecoder()
     rows: list[DatasetRow] = []
     cursor.at += 1
