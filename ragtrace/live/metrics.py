@@ -25,6 +25,7 @@ __all__ = [
     "SCORE_BUCKETS",
     "RagtraceMetrics",
     "ScoredSpan",
+    "scored_span_context",
 ]
 
 _logger = logging.getLogger(__name__)
@@ -40,15 +41,20 @@ DURATION_BUCKETS: tuple[float, ...] = (
 ScoredSpan = tuple[int, int]
 
 
+def scored_span_context(scored_span: ScoredSpan) -> SpanContext:
+    """The scored span's context, for an exemplar or a link. Sampled: the spans of a trace ragtrace scores
+    are exported."""
+    trace_id, span_id = scored_span
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+
 def _in_span(scored_span: ScoredSpan | None) -> Context | None:
     """A context whose current span is the scored one, so that the SDK's exemplar filter (trace-based by
     default) keeps the measurement as an exemplar of that trace. Scoring runs off the request's thread,
-    long after its context is gone. Sampled: the spans of a trace ragtrace scores are exported."""
+    long after its context is gone."""
     if scored_span is None:
         return None
-    trace_id, span_id = scored_span
-    span = NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=False, trace_flags=TraceFlags(TraceFlags.SAMPLED)))
-    return trace.set_span_in_context(span)
+    return trace.set_span_in_context(NonRecordingSpan(scored_span_context(scored_span)))
 
 
 _MAX_VALUE_LENGTH = 64

@@ -19,12 +19,12 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
-from opentelemetry.trace import Link, SpanContext, TraceFlags, TracerProvider
+from opentelemetry.trace import Link, TracerProvider
 
 from ragtrace._version import __version__
 from ragtrace.live.drift.detector import DriftConfig, DriftDetector, DriftState, Key
 from ragtrace.live.failures import FailureLog
-from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
+from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan, scored_span_context
 from ragtrace.scoring.result import ScoreResult
 
 __all__ = ["DRIFT_INSTRUMENTS", "DRIFT_LINKS", "DriftMetrics", "DriftMonitor"]
@@ -195,9 +195,7 @@ class DriftMonitor:
             self._failures.failed("log")
         try:
             links = [
-                Link(SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)),
-                     {"gen_ai.evaluation.score.value": score})
-                for score, (trace_id, span_id) in showing
+                Link(scored_span_context(scored), {"gen_ai.evaluation.score.value": score}) for score, scored in showing
             ]
             span = self._tracer.start_span("ragtrace.drift", context=Context(), attributes=attributes, links=links)
             span.add_event("ragtrace.drift", attributes)
