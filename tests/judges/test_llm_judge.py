@@ -30,8 +30,8 @@ from ragtrace.judges import (
     VerdictCache,
     judge_and_score,
 )
-from ragtrace.judges.llm import _known_window
-from ragtrace.judges.prompts import (
+from ragtrace.judges.llm.judge import _known_window
+from ragtrace.judges.llm.prompt import (
     Part,
     TokenCounter,
     answer_schema,

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragtrace.judges.prompts import (
+from ragtrace.judges.llm.prompt import (
     Part,
     TokenCounter,
     build_prompt,

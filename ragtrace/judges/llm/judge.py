@@ -45,7 +45,7 @@ from ragtrace.judges.base import (
 )
 from ragtrace.judges.cache import CachedVerdicts, VerdictCache, cache_key
 from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
-from ragtrace.judges.prompts import (
+from ragtrace.judges.llm.prompt import (
     FUSED_VERSION,
     MODES,
     REASON_CHARS,

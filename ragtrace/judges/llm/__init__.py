@@ -1,0 +1,5 @@
+"""The LLM judge: any litellm provider, one fused call per sample when it fits, validated and completed."""
+
+from ragtrace.judges.llm.judge import JudgeAuthFailed, JudgeUnavailable, LLMJudge
+
+__all__ = ["JudgeAuthFailed", "JudgeUnavailable", "LLMJudge"]
