@@ -1,18 +1,18 @@
 """Judges: who gives the verdicts. The LLM judge (litellm) and the offline local judge."""
 
-from ragtrace.judges.base import (
-    Judge,
+from ragtrace.judges.base import Judge, Judgement, JudgeRequest
+from ragtrace.judges.cache import VerdictCache
+from ragtrace.judges.errors import (
+    JudgeAuthFailed,
     JudgeError,
     JudgeInvalidOutput,
-    Judgement,
-    JudgeRequest,
     JudgeTimeout,
+    JudgeUnavailable,
     OverBudget,
     RateLimited,
 )
-from ragtrace.judges.cache import VerdictCache
 from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
-from ragtrace.judges.llm import JudgeAuthFailed, JudgeUnavailable, LLMJudge
+from ragtrace.judges.llm import LLMJudge
 from ragtrace.judges.run import SampleScores, judge_and_score
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ragtrace.scoring import JUDGE_TIMEOUT, Aspect, JudgeUsage, RagSample, Verdicts
+from ragtrace.scoring import Aspect, JudgeUsage, RagSample, Verdicts
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,8 @@ class Judgement:
 
 @runtime_checkable
 class Judge(Protocol):
-    """Anything that turns a `JudgeRequest` into a `Judgement`, or raises a `JudgeError`.
+    """Anything that turns a `JudgeRequest` into a `Judgement`, or raises a `JudgeError`
+    (`ragtrace.judges.errors`).
 
     `fused` judges answer every aspect in one call; others are asked once per scorer.
     """
@@ -39,28 +40,3 @@ class Judge(Protocol):
 
     async def judge(self, request: JudgeRequest) -> Judgement: ...
 
-
-class JudgeError(Exception):
-    """A judge could not answer. `code` is the machine-readable `ragtrace.eval.error` value."""
-
-    code: str = "judge_error"
-
-    def __init__(self, message: str, usage: JudgeUsage | None = None) -> None:
-        super().__init__(message)
-        self.usage = usage or JudgeUsage()
-
-
-class JudgeTimeout(JudgeError):
-    code = JUDGE_TIMEOUT
-
-
-class JudgeInvalidOutput(JudgeError):
-    code = "judge_invalid_output"
-
-
-class RateLimited(JudgeError):
-    code = "rate_limited"
-
-
-class OverBudget(JudgeError):
-    code = "over_budget"

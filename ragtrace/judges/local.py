@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ragtrace._state import PerProcessState
 from ragtrace.judges import lexical
-from ragtrace.judges.base import JudgeError, Judgement, JudgeRequest
+from ragtrace.judges.base import Judgement, JudgeRequest
+from ragtrace.judges.errors import JudgeError
 from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, RelevanceLevel, Verdicts
 
 if TYPE_CHECKING:

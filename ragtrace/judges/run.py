@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ragtrace.judges.base import Judge, JudgeError, Judgement, JudgeRequest
+from ragtrace.judges.base import Judge, Judgement, JudgeRequest
+from ragtrace.judges.errors import JudgeError
 from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult
 
 

@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.trace import Span, Tracer, set_span_in_context
 
 from ragtrace._state import PerProcessState
-from ragtrace.judges.base import JudgeInvalidOutput, Judgement, JudgeRequest, JudgeTimeout, RateLimited
+from ragtrace.judges.base import Judgement, JudgeRequest
+from ragtrace.judges.errors import JudgeInvalidOutput, JudgeTimeout, RateLimited
 from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler

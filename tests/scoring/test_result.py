@@ -1,6 +1,6 @@
 """The timed-out result is one value wherever a deadline passes (the thread worker, the live pipeline)."""
 
-from ragtrace.judges.base import JudgeTimeout
+from ragtrace.judges.errors import JudgeTimeout
 from ragtrace.scoring import JUDGE_TIMEOUT, ContextRecall, timed_out
 
 

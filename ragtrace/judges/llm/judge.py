@@ -34,16 +34,17 @@ from pydantic import ValidationError
 from ragtrace._checks import count
 from ragtrace._state import PerProcessState, fresh_lock
 from ragtrace._untraced import suppress_tracing
-from ragtrace.judges.base import (
+from ragtrace.judges.base import Judgement, JudgeRequest
+from ragtrace.judges.cache import CachedVerdicts, VerdictCache, cache_key
+from ragtrace.judges.errors import (
+    JudgeAuthFailed,
     JudgeError,
     JudgeInvalidOutput,
-    Judgement,
-    JudgeRequest,
     JudgeTimeout,
+    JudgeUnavailable,
     OverBudget,
     RateLimited,
 )
-from ragtrace.judges.cache import CachedVerdicts, VerdictCache, cache_key
 from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
 from ragtrace.judges.llm.prompt import (
     FUSED_VERSION,
@@ -70,7 +71,7 @@ from ragtrace.judges.llm.prompt import (
 from ragtrace.scoring import Aspect, ContextVerdict, JudgeUsage, Verdicts, check_verdicts
 from ragtrace.scoring.verdicts import ClaimVerdict
 
-__all__ = ["JudgeAuthFailed", "JudgeUnavailable", "LLMJudge"]
+__all__ = ["LLMJudge"]
 
 PER_ASPECT_VERSION = "per-aspect-v2"
 # What servers say when they refuse the structured-output request, whatever the status: llama-cpp-python
@@ -92,18 +93,6 @@ REPEATED = "repeated"  # the finish reason of an answer stopped that way
 # this process: a refusal learnt once is not probed again.
 _ENDPOINT_MODES: dict[tuple[str, str], Mode] = {}
 _ENDPOINT_LOCK = threading.Lock()
-
-
-class JudgeUnavailable(JudgeError):
-    """The judge endpoint kept failing (5xx or connection errors) after every retry."""
-
-    code = "judge_unavailable"
-
-
-class JudgeAuthFailed(JudgeError):
-    """The provider refused the credentials, or none were configured: no retry can fix that."""
-
-    code = "judge_auth"
 
 
 # How providers and their clients word a missing or refused credential (litellm reports some of them as
