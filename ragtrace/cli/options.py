@@ -202,7 +202,7 @@ def check_judge_spec(spec: str, api_base: str | None = None) -> None:
     name = spec.strip()
     if not name or is_local_judge(name) or name.startswith("python:"):
         return
-    from ragtrace.judges.llm.prompt import load_litellm
+    from ragtrace.judges.llm.transport import load_litellm
 
     litellm = load_litellm()
     try:

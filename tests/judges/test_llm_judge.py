@@ -31,15 +31,11 @@ from ragtrace.judges import (
     judge_and_score,
 )
 from ragtrace.judges.llm.judge import _known_window
-from ragtrace.judges.llm.prompt import (
-    Part,
-    TokenCounter,
-    answer_schema,
-    cut_to_budget,
-    output_budget,
-    parse_cut_json,
-    parse_json,
-)
+from ragtrace.judges.llm.parsing import parse_cut_json, parse_json
+from ragtrace.judges.llm.part import Part
+from ragtrace.judges.llm.prompt import cut_to_budget
+from ragtrace.judges.llm.schema import answer_schema, output_budget
+from ragtrace.judges.llm.transport import TokenCounter
 from ragtrace.scoring import (
     Aspect,
     ContextPrecision,

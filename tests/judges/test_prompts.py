@@ -12,16 +12,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragtrace.judges.llm.prompt import (
-    Part,
-    TokenCounter,
-    build_prompt,
-    parse_cut_json,
-    parse_json,
-    read_answer,
-    whole,
-    without_reasoning,
-)
+from ragtrace.judges.llm.parsing import parse_cut_json, parse_json, without_reasoning
+from ragtrace.judges.llm.part import Part, whole
+from ragtrace.judges.llm.prompt import build_prompt
+from ragtrace.judges.llm.reading import read_answer
+from ragtrace.judges.llm.transport import TokenCounter
 from ragtrace.scoring import Aspect, RagSample
 
 TAGS = ("query", "reference", "response", "ground_truth", "context")

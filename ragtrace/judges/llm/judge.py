@@ -46,34 +46,17 @@ from ragtrace.judges.errors import (
     RateLimited,
 )
 from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
-from ragtrace.judges.llm.prompt import (
-    FUSED_VERSION,
-    MODES,
-    REASON_CHARS,
-    Mode,
-    Part,
-    Prompt,
-    Reading,
-    RepeatedKey,
-    TokenCounter,
-    build_prompt,
-    load_litellm,
-    output_budget,
-    parse_cut_json,
-    parse_json,
-    read_answer,
-    response_format,
-    retry_messages,
-    version_for,
-    whole,
-    without_reasoning,
-)
+from ragtrace.judges.llm.parsing import RepeatedKey, parse_cut_json, parse_json, without_reasoning
+from ragtrace.judges.llm.part import FUSED_VERSION, PER_ASPECT_VERSION, REASON_CHARS, Part, version_for, whole
+from ragtrace.judges.llm.prompt import Prompt, build_prompt, retry_messages
+from ragtrace.judges.llm.reading import Reading, read_answer
+from ragtrace.judges.llm.schema import MODES, Mode, output_budget, response_format
+from ragtrace.judges.llm.transport import TokenCounter, load_litellm
 from ragtrace.scoring import Aspect, ContextVerdict, JudgeUsage, Verdicts, check_verdicts
 from ragtrace.scoring.verdicts import ClaimVerdict
 
 __all__ = ["LLMJudge"]
 
-PER_ASPECT_VERSION = "per-aspect-v2"
 # What servers say when they refuse the structured-output request, whatever the status: llama-cpp-python
 # answers 500 naming `response_format.type`, llama.cpp's server 500/400 ("response_format type must
 # be ..."), vLLM 400 ("... JSON schema ... not supported ..."), Ollama 400/500 about the format's schema.
