@@ -30,9 +30,9 @@ from ragtrace.judges import (
     VerdictCache,
     judge_and_score,
 )
-from ragtrace.judges.llm.judge import _known_window
 from ragtrace.judges.llm.parsing import parse_cut_json, parse_json
 from ragtrace.judges.llm.part import Part
+from ragtrace.judges.llm.planning import known_window as _known_window
 from ragtrace.judges.llm.prompt import cut_to_budget
 from ragtrace.judges.llm.schema import answer_schema, output_budget
 from ragtrace.judges.llm.transport import TokenCounter

@@ -12,8 +12,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ragtrace.judges.base import JudgeRequest
 from ragtrace.judges.llm.part import FUSED_VERSION, MAX_MISSING, REASON_CHARS, Part, shown_keys
-from ragtrace.judges.llm.schema import Mode, schema_text
+from ragtrace.judges.llm.schema import Mode, output_budget, schema_text
 from ragtrace.scoring import Aspect, RagSample
 
 TokenCount = Callable[[str], int]  # a text's length in the judge model's tokens
@@ -190,3 +191,32 @@ def retry_messages(answer: str, error: str, part: Part, reason_chars: int = REAS
         },
     ]
 
+
+
+@dataclass(frozen=True)
+class Prompting:
+    """How a judge asks: contexts cut to `context_token_budget` tokens, reasons bounded to `reason_chars`,
+    answers capped at `max_tokens` (None: what the call asks for, from `output_budget`)."""
+
+    count: TokenCount
+    context_token_budget: int = 400
+    reason_chars: int = REASON_CHARS
+    max_tokens: int | None = None
+
+    def prompt(self, request: JudgeRequest, part: Part, mode: Mode, version: str) -> Prompt:
+        return build_prompt(
+            request.sample,
+            part,
+            request.reference,
+            mode=mode,
+            budget=self.context_token_budget,
+            count=self.count,
+            version=version,
+            reason_chars=self.reason_chars,
+        )
+
+    def max_tokens_for(self, request: JudgeRequest, part: Part) -> int:
+        if self.max_tokens is not None:
+            return self.max_tokens
+        truth = self.count(request.sample.ground_truth or "") if part.claims else 0
+        return output_budget(part, truth, self.reason_chars)

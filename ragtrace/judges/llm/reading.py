@@ -1,5 +1,6 @@
-"""Reading an answer: every well-formed verdict of a parsed reply for what its call asked, and what
-was wrong with the rest, so a partial answer can be completed by a smaller follow-up call."""
+"""Reading an answer: the JSON object of a reply (`read_reply`), then every well-formed verdict in it for
+what its call asked and what was wrong with the rest (`read_answer`), so that a partial answer can be
+completed by a smaller follow-up call."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragtrace.judges.llm.parsing import RepeatedKey, parse_cut_json, parse_json, without_reasoning
 from ragtrace.judges.llm.part import LEVELS, MAX_MISSING, REASON_CHARS, Part, shown_keys
 from ragtrace.scoring import Aspect
 
@@ -19,6 +21,7 @@ class Reading:
     missing: list[str] | None = None
     claims: list[dict[str, Any]] | None = None
     problems: list[str] = field(default_factory=list)
+    from_cut: bool = False  # read from a reply cut off mid-way, up to its cut
 
     def left(self, part: Part) -> Part | None:
         """The part still unanswered (context indices, sample-level fields); None when all is answered."""
@@ -77,6 +80,35 @@ def _entries(contexts: Any) -> list[tuple[Any, Any]]:
     if isinstance(contexts, list):
         return [(e.get("index") if isinstance(e, dict) else None, e) for e in contexts]
     return []
+
+
+def read_reply(
+    content: str, part: Part, n_contexts: int, reason_chars: int = REASON_CHARS, reasoned: bool = False
+) -> tuple[Reading, str]:
+    """The usable verdicts of a reply's text, and what to tell the judge about the rest.
+    `reasoned` says the server sent the model's thinking apart from this text."""
+    answer = without_reasoning(content)
+    if not answer.strip():
+        if reasoned or answer != content:  # a reasoning model that never got to its answer
+            return Reading(), (
+                "the reply holds only reasoning and no JSON object; think briefly, then reply with the "
+                "JSON object (a reasoning model needs a larger max_tokens, or its thinking turned off)"
+            )
+        return Reading(), "the reply was empty; reply with a JSON object"
+    from_cut = False
+    try:
+        data = parse_json(answer)
+    except RepeatedKey as exc:  # a shorter reading would silently keep one of the two values
+        return Reading(), str(exc)
+    except ValueError as exc:
+        try:
+            data = parse_cut_json(answer)
+        except ValueError:
+            return Reading(), str(exc)
+        from_cut = True
+    reading = read_answer(data, part, n_contexts, reason_chars)
+    reading.from_cut = from_cut
+    return reading, "; ".join(reading.problems[:10])
 
 
 def read_answer(data: Any, part: Part, n_contexts: int, reason_chars: int = REASON_CHARS) -> Reading:

@@ -9,6 +9,7 @@ of the right shape.
 from __future__ import annotations
 
 import json
+import threading
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -19,6 +20,23 @@ from ragtrace.scoring import Aspect
 # alongside (`{"type": "json_object", "schema": ...}`), which llama-cpp-python turns into a grammar.
 Mode = Literal["json_schema", "json_object_schema", "json_object", "text"]
 MODES: tuple[Mode, ...] = ("json_schema", "json_object_schema", "json_object", "text")
+
+# The structured-output mode each endpoint (api_base, model) was found to accept, for every judge of
+# this process: a refusal learnt once is not probed again.
+_ENDPOINT_MODES: dict[tuple[str, str], Mode] = {}
+_ENDPOINT_LOCK = threading.Lock()
+
+
+def endpoint_mode(endpoint: tuple[str, str]) -> Mode:
+    """The strongest mode the endpoint (api_base, model) has not refused in this process."""
+    return _ENDPOINT_MODES.get(endpoint, MODES[0])
+
+
+def step_down(endpoint: tuple[str, str], rejected: Mode) -> None:
+    """Remember that the endpoint refused `rejected`, so later calls (of any judge on it) start lower."""
+    with _ENDPOINT_LOCK:
+        if _ENDPOINT_MODES.get(endpoint, MODES[0]) == rejected:
+            _ENDPOINT_MODES[endpoint] = MODES[MODES.index(rejected) + 1]
 
 
 def _verdict_schema(aspects: frozenset[Aspect], reason_chars: int) -> dict[str, Any]:
