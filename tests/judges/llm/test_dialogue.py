@@ -1,6 +1,6 @@
 """The retry dialogue and the model caller, driven through `LLMJudge(transport=...)` by a scripted transport.
 
-The real-server tests (tests/judges/test_llm_judge.py) prove the same paths end to end over HTTP; these
+The real-server tests (tests/judges/llm/test_judge.py) prove the same paths end to end over HTTP; these
 pin down what each step sends and counts, one scripted answer or error at a time.
 """
 
