@@ -78,6 +78,32 @@ class _Layer:
     ln2_g: FloatArray
     ln2_b: FloatArray
 
+    @classmethod
+    def load(cls, w: dict[str, FloatArray], i: int) -> _Layer:
+        """Layer `i` of the safetensors weights `w`."""
+        import numpy as np
+
+        p = f"encoder.layer.{i}."
+        # Weights are stored (out, in); transpose once so the forward pass is x @ W.
+        return cls(
+            q_w=np.ascontiguousarray(w[p + "attention.self.query.weight"].T),
+            q_b=w[p + "attention.self.query.bias"],
+            k_w=np.ascontiguousarray(w[p + "attention.self.key.weight"].T),
+            k_b=w[p + "attention.self.key.bias"],
+            v_w=np.ascontiguousarray(w[p + "attention.self.value.weight"].T),
+            v_b=w[p + "attention.self.value.bias"],
+            o_w=np.ascontiguousarray(w[p + "attention.output.dense.weight"].T),
+            o_b=w[p + "attention.output.dense.bias"],
+            ln1_g=w[p + "attention.output.LayerNorm.weight"],
+            ln1_b=w[p + "attention.output.LayerNorm.bias"],
+            i_w=np.ascontiguousarray(w[p + "intermediate.dense.weight"].T),
+            i_b=w[p + "intermediate.dense.bias"],
+            f_w=np.ascontiguousarray(w[p + "output.dense.weight"].T),
+            f_b=w[p + "output.dense.bias"],
+            ln2_g=w[p + "output.LayerNorm.weight"],
+            ln2_b=w[p + "output.LayerNorm.bias"],
+        )
+
 
 def _gelu(x: FloatArray) -> FloatArray:
     """The exact (erf) GELU BERT uses; the tanh approximation would drift from the reference vectors.
@@ -175,29 +201,7 @@ class Encoder:
         self._pos = w["embeddings.position_embeddings.weight"].astype(f32)
         self._type = w["embeddings.token_type_embeddings.weight"].astype(f32)
         self._emb_ln = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-        for i in range(config["num_hidden_layers"]):
-            p = f"encoder.layer.{i}."
-            # Weights are stored (out, in); transpose once so the forward pass is x @ W.
-            self._layers.append(
-                _Layer(
-                    q_w=np.ascontiguousarray(w[p + "attention.self.query.weight"].T),
-                    q_b=w[p + "attention.self.query.bias"],
-                    k_w=np.ascontiguousarray(w[p + "attention.self.key.weight"].T),
-                    k_b=w[p + "attention.self.key.bias"],
-                    v_w=np.ascontiguousarray(w[p + "attention.self.value.weight"].T),
-                    v_b=w[p + "attention.self.value.bias"],
-                    o_w=np.ascontiguousarray(w[p + "attention.output.dense.weight"].T),
-                    o_b=w[p + "attention.output.dense.bias"],
-                    ln1_g=w[p + "attention.output.LayerNorm.weight"],
-                    ln1_b=w[p + "attention.output.LayerNorm.bias"],
-                    i_w=np.ascontiguousarray(w[p + "intermediate.dense.weight"].T),
-                    i_b=w[p + "intermediate.dense.bias"],
-                    f_w=np.ascontiguousarray(w[p + "output.dense.weight"].T),
-                    f_b=w[p + "output.dense.bias"],
-                    ln2_g=w[p + "output.LayerNorm.weight"],
-                    ln2_b=w[p + "output.LayerNorm.bias"],
-                )
-            )
+        self._layers = [_Layer.load(w, i) for i in range(config["num_hidden_layers"])]
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as the recipe, not the weights or the runtime session: another process (the scoring
