@@ -283,32 +283,40 @@ class LocalJudge(PerProcessState):
         claim_v = vectors[3 + len(contexts) : 3 + len(contexts) + len(claims)]
         sentence_v = vectors[3 + len(contexts) + len(claims) :]
 
-        docs = [lexical.tokens(c) for c in contexts]
-        content_docs = [[t for t in d if t not in lexical.STOPWORDS] for d in docs]
-        doc_sets = [set(d) for d in content_docs]
-        weights = lexical.idf(content_docs)
-        query_terms = lexical.content_tokens(query)
-        # The reference's own words: what it adds to the query. Words no context holds count too: the
-        # contexts lack the answer. For the response (usage), only words some context has can tell
-        # contexts apart, e.g. not "answer" in "The answer is X".
-        query_set = set(query_terms)
-        reference_terms = _own_terms(reference, query_set)
-        response_terms = [t for t in _own_terms(response, query_set) if t in weights]
-        phrases = _answer_phrases(reference, query_set)
-        response_phrases = _answer_phrases(response, query_set)
-
-        basis: _Basis = "reference" if reference_terms else "named_answer" if reference else "query"
-        floor = self.USEFUL_THRESHOLD
+        terms = _Terms.of(query, reference, response, contexts)
+        basis: _Basis = "reference" if terms.reference_terms else "named_answer" if reference else "query"
         similarities = (context_v @ (anchor_v if basis == "reference" else query_v)).tolist() if contexts else []
         response_sims = (context_v @ response_v).tolist() if contexts else []
+        verdicts = self._context_verdicts(contexts, response, terms, basis, similarities, response_sims)
+
+        claim_verdicts: list[ClaimVerdict] | None = None
+        if Aspect.CLAIMS in request.aspects:
+            claim_verdicts = _claim_verdicts(
+                claims, claim_v, sentences, sentence_v, terms.doc_sets, terms.weights, self.CLAIM_THRESHOLD
+            )
+        # Lexical evidence reads whole contexts; only the embedding sees the first `max_length` tokens.
+        truncated = tuple(i for i, cut in enumerate(encoder.truncated(contexts)) if cut) if contexts else ()
+        return Verdicts(contexts=verdicts, missing=[], claims=claim_verdicts), truncated
+
+    def _context_verdicts(
+        self,
+        contexts: Sequence[str],
+        response: str,
+        terms: _Terms,
+        basis: _Basis,
+        similarities: Sequence[float],
+        response_sims: Sequence[float],
+    ) -> list[ContextVerdict]:
+        floor = self.USEFUL_THRESHOLD
         evidence = [
             self._evidence(
                 float(similarities[i]),
-                lexical.coverage(query_terms, doc_sets[i], weights),
-                lexical.coverage(query_terms, set(lexical.content_tokens(opening)), weights),
-                _Subject.of(opening, query_terms, query_set),
-                lexical.coverage(reference_terms, doc_sets[i], weights) if reference_terms else 0.0,
-                any(lexical.contains_phrase(p, docs[i]) for p in phrases),
+                lexical.coverage(terms.query_terms, terms.doc_sets[i], terms.weights),
+                lexical.coverage(terms.query_terms, set(lexical.content_tokens(opening)), terms.weights),
+                _Subject.of(opening, terms.query_terms, terms.query_set),
+                lexical.coverage(terms.reference_terms, terms.doc_sets[i], terms.weights) if terms.reference_terms
+                else 0.0,
+                any(lexical.contains_phrase(p, terms.docs[i]) for p in terms.phrases),
                 basis,
             )
             for i, opening in enumerate(_opening_sentence(c) for c in contexts)
@@ -316,16 +324,18 @@ class LocalJudge(PerProcessState):
         # Stating the reference: every word it adds to the query, not scattered (one of its answer
         # phrases verbatim: "The answer is X" and the context says X).
         states = [
-            bool(reference_terms) and e.reference_coverage >= 1.0 - 1e-9 and (e.answer_found or not phrases)
+            bool(terms.reference_terms) and e.reference_coverage >= 1.0 - 1e-9 and (e.answer_found or not terms.phrases)
             for e in evidence
         ]
-        hops = self._bridges(evidence, states, doc_sets, query_set.union(reference_terms))
+        given = terms.query_set.union(terms.reference_terms)
+        hops = _bridges(evidence, states, terms.doc_sets, given, self.STATED_THRESHOLD)
         verdicts: list[ContextVerdict] = []
         for i, e in enumerate(evidence):
             used, used_why = self._used(
                 response,
-                lexical.coverage(response_terms, doc_sets[i], weights) if response_terms else 0.0,
-                any(lexical.contains_phrase(p, docs[i]) for p in response_phrases),
+                lexical.coverage(terms.response_terms, terms.doc_sets[i], terms.weights) if terms.response_terms
+                else 0.0,
+                any(lexical.contains_phrase(p, terms.docs[i]) for p in terms.response_phrases),
                 float(response_sims[i]),
             )
             # Stating the reference is what "useful for producing the answer" means, once the context
@@ -342,13 +352,7 @@ class LocalJudge(PerProcessState):
                     reason=_reason(e, basis, used_why, hops.get(i)),
                 )
             )
-
-        claim_verdicts: list[ClaimVerdict] | None = None
-        if Aspect.CLAIMS in request.aspects:
-            claim_verdicts = self._claims(claims, claim_v, sentences, sentence_v, doc_sets, weights)
-        # Lexical evidence reads whole contexts; only the embedding sees the first `max_length` tokens.
-        truncated = tuple(i for i, cut in enumerate(encoder.truncated(contexts)) if cut) if contexts else ()
-        return Verdicts(contexts=verdicts, missing=[], claims=claim_verdicts), truncated
+        return verdicts
 
     def _evidence(
         self,
@@ -376,33 +380,6 @@ class LocalJudge(PerProcessState):
         z = bias + sum(w * x for w, x in zip(weights, features, strict=True))
         return _Evidence(similarity, query_cov, lead_cov, subject, reference_cov, answer_found, _sigmoid(z))
 
-    def _bridges(
-        self,
-        evidence: Sequence[_Evidence],
-        states: Sequence[bool],
-        doc_sets: Sequence[AbstractSet[str]],
-        given: AbstractSet[str],
-    ) -> dict[int, str]:
-        """The two hops of a bridge question, each with what its verdict quotes.
-
-        "What position was held by the woman who played Corliss Archer in Kiss and Tell?": the passage on
-        the film bears on the question and names Shirley Temple; the passage on Shirley Temple Black states
-        the answer and shares no word with the question. Each is useful for the answer only through the
-        other, so a pair counts when one context states the reference and another that bears on the
-        question (`STATED_THRESHOLD`) without stating it names its subject.
-        """
-        hops: dict[int, str] = {}
-        leads = [j for j, e in enumerate(evidence) if not states[j] and e.confidence >= self.STATED_THRESHOLD]
-        for i, answer in enumerate(evidence):
-            if not states[i]:
-                continue
-            for j in leads:
-                if answer.subject.named_in(doc_sets[j], given):
-                    # Ranks are 1-based, as in every other reason a user reads next to the ranked list.
-                    hops.setdefault(i, f"states the answer; the context at rank {j + 1} leads here")
-                    hops.setdefault(j, f"leads to the context at rank {i + 1}, which states the answer")
-        return hops
-
     def _level(self, confidence: float, floor: float) -> RelevanceLevel:
         if confidence >= max(self.HIGH_THRESHOLD, floor):
             return "high"
@@ -423,29 +400,99 @@ class LocalJudge(PerProcessState):
             return True, f"response similarity {similarity:.2f}"
         return False, f"response not traced here ({coverage:.0%} of its words, similarity {similarity:.2f})"
 
-    def _claims(
-        self,
-        claims: Sequence[str],
-        claim_v: FloatArray,
-        sentences: Sequence[Sequence[str]],
-        sentence_v: FloatArray,
-        doc_sets: Sequence[set[str]],
-        weights: dict[str, float],
-    ) -> list[ClaimVerdict]:
-        out: list[ClaimVerdict] = []
-        for c, claim in enumerate(claims):
-            terms = lexical.content_tokens(claim)
-            supporting: list[int] = []
-            offset = 0
-            for j, context_sentences in enumerate(sentences):
-                block = sentence_v[offset : offset + len(context_sentences)]
-                offset += len(context_sentences)
-                best = float((block @ claim_v[c]).max()) if len(block) else 0.0
-                lex = lexical.coverage(terms, doc_sets[j], weights)
-                if 0.5 * best + 0.5 * lex >= self.CLAIM_THRESHOLD:
-                    supporting.append(j)
-            out.append(ClaimVerdict(claim=claim, supported=bool(supporting), context_indices=supporting))
-        return out
+@dataclass(frozen=True)
+class _Terms:
+    """The lexical side of one sample: each context's tokens and content words, their IDF weights, and the
+    words and answer phrases of the query, the reference and the response.
+
+    The reference's own words are what it adds to the query; words no context holds count too: the
+    contexts lack the answer. For the response (usage), only words some context has can tell contexts
+    apart, e.g. not "answer" in "The answer is X".
+    """
+
+    docs: list[list[str]]
+    doc_sets: list[set[str]]
+    weights: dict[str, float]
+    query_terms: list[str]
+    query_set: set[str]
+    reference_terms: list[str]
+    response_terms: list[str]
+    phrases: list[list[str]]
+    response_phrases: list[list[str]]
+
+    @classmethod
+    def of(cls, query: str, reference: str, response: str, contexts: Sequence[str]) -> _Terms:
+        docs = [lexical.tokens(c) for c in contexts]
+        content_docs = [[t for t in d if t not in lexical.STOPWORDS] for d in docs]
+        weights = lexical.idf(content_docs)
+        query_terms = lexical.content_tokens(query)
+        query_set = set(query_terms)
+        return cls(
+            docs=docs,
+            doc_sets=[set(d) for d in content_docs],
+            weights=weights,
+            query_terms=query_terms,
+            query_set=query_set,
+            reference_terms=_own_terms(reference, query_set),
+            response_terms=[t for t in _own_terms(response, query_set) if t in weights],
+            phrases=_answer_phrases(reference, query_set),
+            response_phrases=_answer_phrases(response, query_set),
+        )
+
+
+def _bridges(
+    evidence: Sequence[_Evidence],
+    states: Sequence[bool],
+    doc_sets: Sequence[AbstractSet[str]],
+    given: AbstractSet[str],
+    stated_threshold: float,
+) -> dict[int, str]:
+    """The two hops of a bridge question, each with what its verdict quotes.
+
+    "What position was held by the woman who played Corliss Archer in Kiss and Tell?": the passage on
+    the film bears on the question and names Shirley Temple; the passage on Shirley Temple Black states
+    the answer and shares no word with the question. Each is useful for the answer only through the
+    other, so a pair counts when one context states the reference and another that bears on the
+    question (`stated_threshold`) without stating it names its subject.
+    """
+    hops: dict[int, str] = {}
+    leads = [j for j, e in enumerate(evidence) if not states[j] and e.confidence >= stated_threshold]
+    for i, answer in enumerate(evidence):
+        if not states[i]:
+            continue
+        for j in leads:
+            if answer.subject.named_in(doc_sets[j], given):
+                # Ranks are 1-based, as in every other reason a user reads next to the ranked list.
+                hops.setdefault(i, f"states the answer; the context at rank {j + 1} leads here")
+                hops.setdefault(j, f"leads to the context at rank {i + 1}, which states the answer")
+    return hops
+
+
+def _claim_verdicts(
+    claims: Sequence[str],
+    claim_v: FloatArray,
+    sentences: Sequence[Sequence[str]],
+    sentence_v: FloatArray,
+    doc_sets: Sequence[set[str]],
+    weights: dict[str, float],
+    threshold: float,
+) -> list[ClaimVerdict]:
+    """A claim is supported by a context when its best sentence cosine and its lexical coverage together
+    pass `threshold`."""
+    out: list[ClaimVerdict] = []
+    for c, claim in enumerate(claims):
+        terms = lexical.content_tokens(claim)
+        supporting: list[int] = []
+        offset = 0
+        for j, context_sentences in enumerate(sentences):
+            block = sentence_v[offset : offset + len(context_sentences)]
+            offset += len(context_sentences)
+            best = float((block @ claim_v[c]).max()) if len(block) else 0.0
+            lex = lexical.coverage(terms, doc_sets[j], weights)
+            if 0.5 * best + 0.5 * lex >= threshold:
+                supporting.append(j)
+        out.append(ClaimVerdict(claim=claim, supported=bool(supporting), context_indices=supporting))
+    return out
 
 
 def _own_terms(text: str, query_terms: set[str]) -> list[str]:
