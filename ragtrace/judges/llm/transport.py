@@ -14,7 +14,16 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-__all__ = ["REPEATED", "Answer", "Call", "LiteLLMTransport", "TokenCounter", "Transport", "load_litellm"]
+__all__ = [
+    "REPEATED",
+    "Answer",
+    "Call",
+    "LiteLLMTransport",
+    "TokenCounter",
+    "Transport",
+    "conversation_text",
+    "load_litellm",
+]
 
 # litellm stops a stream whose model sends the same chunk 100 times over (a JSON-mode model padding its
 # answer with whitespace, a loop); its error says so in these words, as a 500 that is not the server's.
