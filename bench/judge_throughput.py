@@ -29,7 +29,7 @@ At 200 ms per call and 16 in flight, the ceiling is 16 / 0.2 = 80 samples/s; the
 
     python bench/judge_throughput.py                 # prints one JSON object
     python bench/judge_throughput.py --samples 200
-    python bench/judge_throughput.py --base main     # this tree's live path against main's, alternated
+    python bench/judge_throughput.py --base main     # this tree's judge and live path against main's, alternated
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 from ragtrace.instrument import generation_span, retrieval_span
 from ragtrace.judges import LLMJudge, judge_and_score
-from ragtrace.scoring import ContextPrecision, ContextRecall, ContextRelevance, RagSample
+from ragtrace.scoring import ContextPrecision, ContextRelevance, RagSample
 from tests.servers.judge import JudgeServer, Valid
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -100,19 +100,24 @@ def warm_up(judge: LLMJudge, scorers: tuple[Any, ...]) -> None:
     asyncio.run(judge_and_score(RagSample(query=query, contexts=contexts, response=response), scorers, judge))
 
 
-def judge_throughput(samples: int, latency: float) -> dict[str, Any]:
+def judge_throughput(samples: int, latency: float, package: str = "ragtrace") -> dict[str, Any]:
+    """The judge alone: `judge_and_score` of the tree `package` (`ragtrace`, or `ragtrace_base`), no live path."""
+    scoring = importlib.import_module(package + ".scoring")
+    score = importlib.import_module(package + ".judges").judge_and_score
     server = start_server(latency)
     try:
-        judge = make_judge(server)
-        scorers = (ContextPrecision(), ContextRelevance(), ContextRecall())
-        warm_up(judge, scorers)
+        judge = make_judge(server, package)
+        scorers = (scoring.ContextPrecision(), scoring.ContextRelevance(), scoring.ContextRecall())
+        query, contexts, response = texts(0, "warmup")  # outside the clock: litellm's lazy imports and setup
+        asyncio.run(score(scoring.RagSample(query=query, contexts=contexts, response=response), scorers, judge))
         server.max_in_flight = 0
         batch = [
-            RagSample(query=q, contexts=c, response=r) for q, c, r in (texts(i, "judge") for i in range(samples))
+            scoring.RagSample(query=q, contexts=c, response=r)
+            for q, c, r in (texts(i, "judge") for i in range(samples))
         ]
 
         async def run() -> list[Any]:
-            return await asyncio.gather(*(judge_and_score(s, scorers, judge) for s in batch))
+            return await asyncio.gather(*(score(s, scorers, judge) for s in batch))
 
         start, cpu = time.perf_counter(), time.process_time()
         results = asyncio.run(run())
@@ -219,7 +224,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=400)
     parser.add_argument("--latency", type=float, default=0.2, help="the judge server's delay per call (s)")
-    parser.add_argument("--base", help="a git revision: its live path too, alternated with this tree's (base_*)")
+    parser.add_argument("--base", help="a git revision: its judge and live path too, alternated with this tree's")
     args = parser.parse_args()
     if args.base:
         from worker_ab import export_base
@@ -228,6 +233,10 @@ def main() -> None:
         old_new: dict[str, list[dict[str, Any]]] = {}
         for _ in range(2):  # alternated, so that both trees see the same machine speeds
             for package in ("ragtrace", "ragtrace_base"):
+                run = judge_throughput(args.samples, args.latency, package)
+                old_new.setdefault(f"{package}:judge", []).append(
+                    {k: round(run[k], 2) for k in ("samples_per_s", "cpu_ms_per_sample")} | {"scored": run["scored"]}
+                )
                 for worker, placement in (("thread", "processor"), ("process", "exporter")):
                     run = processor_throughput(args.samples, args.latency, worker, placement, package)
                     old_new.setdefault(f"{package}:{placement}/{worker}", []).append(
