@@ -232,7 +232,8 @@ def _serve_until_signalled(
     wake_read, wake_write = os.pipe()
     for fd in (wake_read, wake_write):
         os.set_blocking(fd, False)
-    previous = {sig: signal.signal(sig, _ignore_here) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _ignore_here)
     previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     try:
         gateway.start()
@@ -253,8 +254,11 @@ def _serve_until_signalled(
         gateway.shutdown()  # signals arriving meanwhile only write to the pipe
         meter_provider.shutdown()  # the last metric export, after the processor's final counts
         signal.set_wakeup_fd(previous_wakeup)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        # Stopped: further stop signals are ignored, not handed back to their default action, which would
+        # kill the process (exit -15 / -2) after a clean stop. SIG_IGN also outlives the interpreter's
+        # finalization, which resets Python-level handlers to the default.
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         os.close(wake_read)
         os.close(wake_write)
 

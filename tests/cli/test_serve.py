@@ -210,3 +210,31 @@ def test_serve_with_tls_and_a_token_from_the_environment(otlp_receiver: OtlpRece
         err = stopped(process)
     assert "TLS, authorization header required" in err
     assert "tok-from-env" not in err, "the token is never logged"
+
+
+# ------------------------------------------------------------------ signals in bursts
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_serve_exits_on_signal_bursts(otlp_receiver: OtlpReceiver, round_: int) -> None:
+    """`timeout` sends SIGTERM then more; a supervisor may send many. A handler that took a lock (Event.set)
+    hung the process for good once in 22 tries, re-entered by the next signal while it held the lock. Each
+    round sends SIGTERM and SIGINT back to back for 1.5 s (thousands, at start and on through the shutdown),
+    and the process must exit 0 within the bound."""
+    command = serve_command(
+        "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
+        "--trace-settle", "0", "--score-deadline", "5", "--log-level", "WARNING",
+    )
+    with serving(command, dict(os.environ)) as (process, _):
+        time.sleep(0.1 * round_)  # the burst starts at another moment of the main loop
+        sent = 0
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM if sent % 2 == 0 else signal.SIGINT)
+            sent += 1
+        try:
+            _, err = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"ragtrace serve did not exit within 20 s of a burst of {sent} signals")
+    assert process.returncode == 0, err

@@ -26,7 +26,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from ragtrace.gateway import Gateway, request_of
@@ -36,7 +36,7 @@ from ragtrace.live.settings import RagtraceSettings
 from tests.cli.test_serve import free_port
 from tests.gateway.test_gateway import health, recorded_trace
 from tests.live.fakes import ScriptedJudge, rag_trace
-from tests.servers.otlp import OtlpReceiver, ReceivedSpan
+from tests.servers.otlp import OtlpReceiver
 
 # ------------------------------------------------------------------ the crash test
 
@@ -67,7 +67,9 @@ def _stop_serve(process: subprocess.Popen[str]) -> dict[str, Any]:
     return final
 
 
-def crash_run(receiver: OtlpReceiver, spool_dir: Path | None, traces: int = 240, seconds: float = 12.0) -> dict[str, Any]:
+def crash_run(
+    receiver: OtlpReceiver, spool_dir: Path | None, traces: int = 240, seconds: float = 12.0
+) -> dict[str, Any]:
     """Send `traces` RAG traces over `seconds`; SIGKILL the gateway 40 % in, restart it 1 s later on the same
     port (and spool); once the app's exporter has delivered everything, stop the gateway with SIGTERM.
     Returns what arrived at the next hop, per trace."""
@@ -145,7 +147,7 @@ def test_a_killed_gateway_loses_acknowledged_spans_without_a_spool_and_none_with
 
 
 SETTINGS = RagtraceSettings(sample_rate=1.0, score_deadline=5.0)
-FAST = {"sampler": Sampler(rate=1.0), "tick_interval": 0.01}
+FAST: dict[str, Any] = {"sampler": Sampler(rate=1.0), "tick_interval": 0.01}
 
 
 def spool_gateway(spool: Spool, next_hop: str, **options: Any) -> Gateway:
@@ -157,9 +159,8 @@ def spool_gateway(spool: Spool, next_hop: str, **options: Any) -> Gateway:
     ).start()
 
 
-def retrieval_of(spans: list[ReceivedSpan], ids: set[int]) -> ReceivedSpan:
-    (found,) = [s for s in spans if s.span_id in ids and s.name == "retrieve"]
-    return found
+def keys_of(trace: list[ReadableSpan]) -> list[bytes]:
+    return [span_key(span.context.trace_id, span.context.span_id) for span in trace if span.context is not None]
 
 
 def test_replay_scores_what_is_within_the_deadline_and_says_why_for_the_rest(
@@ -169,8 +170,7 @@ def test_replay_scores_what_is_within_the_deadline_and_says_why_for_the_rest(
     old, recent = recorded_trace(2)
     spool = Spool(tmp_path, 1 << 20)
     for trace, received in ((old, time.time() - 100), (recent, time.time())):
-        spool.add(request_of(trace).SerializeToString(), [span_key(s.context.trace_id, s.context.span_id) for s in trace],
-                  received=received)
+        spool.add(request_of(trace).SerializeToString(), keys_of(trace), received=received)
     spool.close()
 
     gateway = spool_gateway(Spool(tmp_path, 1 << 20), otlp_receiver.grpc_endpoint)
@@ -256,7 +256,7 @@ def test_a_span_sent_again_while_still_spooled_is_counted_as_a_duplicate_and_for
     """A client that resends a request the gateway stored (its answer was lost): counted, forwarded once."""
     (trace,) = recorded_trace(1)
     spool = Spool(tmp_path, 1 << 20)
-    spool.add(request_of(trace).SerializeToString(), [span_key(s.context.trace_id, s.context.span_id) for s in trace])
+    spool.add(request_of(trace).SerializeToString(), keys_of(trace))
     spool.close()
     gateway = spool_gateway(Spool(tmp_path, 1 << 20), otlp_receiver.grpc_endpoint)
     try:
