@@ -126,6 +126,9 @@ def test_serve_refuses_a_grpc_port_another_grpc_server_holds(otlp_receiver: Otlp
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"port {port} is already in use" in result.stderr and "gRPC" in result.stderr
+    # One line that says which flag to change; no errno, no raw gRPC line.
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "--grpc-port" in result.stderr and "[Errno" not in result.stderr
 
 
 def test_serve_refuses_a_taken_http_port(otlp_receiver: OtlpReceiver) -> None:
@@ -139,6 +142,8 @@ def test_serve_refuses_a_taken_http_port(otlp_receiver: OtlpReceiver) -> None:
         )
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"port {port} is already in use" in result.stderr and "HTTP" in result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "--http-port" in result.stderr and "[Errno" not in result.stderr
 
 
 @contextlib.contextmanager
