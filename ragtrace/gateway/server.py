@@ -5,7 +5,7 @@ The app needs no ragtrace: its collector sends traces here, each span of each re
 the root settling (settling.py), enters the same processor the in-process mode runs, and leaves through
 the SDK's own `BatchSpanProcessor(OTLPSpanExporter())` to the next hop (next_hop.py), configured by the
 usual `OTEL_EXPORTER_OTLP_*` variables. Like a collector, the gateway keeps nothing but bounded in-flight
-state.
+state; with a `Spool`, that state is also on disk until the next hop accepted it (spool.py).
 """
 
 from __future__ import annotations

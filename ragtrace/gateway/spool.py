@@ -95,6 +95,7 @@ class Spool:
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
             for statement in _SCHEMA:
                 self._db.execute(statement)
+            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS gone (key BLOB PRIMARY KEY) WITHOUT ROWID")
             self._bytes = int(self._db.execute("SELECT coalesce(sum(size), 0) FROM requests").fetchone()[0])
             self._spans = int(self._db.execute("SELECT count(*) FROM spans").fetchone()[0])
             self._requests = int(self._db.execute("SELECT count(*) FROM requests").fetchone()[0])
@@ -127,12 +128,19 @@ class Spool:
                         "INSERT INTO requests (received, size, body) VALUES (?, ?, ?)",
                         (time.time() if received is None else received, cost, body),
                     ).lastrowid
-                    fresh = [
-                        db.execute("INSERT OR IGNORE INTO spans (key, request) VALUES (?, ?)", (key, request)).rowcount
-                        == 1
-                        for key in keys
-                    ]
-                    stored = sum(fresh)
+                    before = db.total_changes
+                    db.executemany("INSERT OR IGNORE INTO spans (key, request) VALUES (?, ?)",
+                                   [(key, request) for key in keys])
+                    stored = db.total_changes - before
+                    if stored == len(keys):
+                        fresh = [True] * len(keys)
+                    else:  # some were stored already (or twice in this request): which ones
+                        mine = {k for (k,) in db.execute("SELECT key FROM spans WHERE request = ?", (request,))}
+                        fresh = []
+                        for key in keys:
+                            fresh.append(key in mine)
+                            mine.discard(key)  # a span twice in one request is stored once
+                        stored = sum(fresh)
                     if not stored:  # every span is stored already: keep no empty request
                         db.execute("DELETE FROM requests WHERE id = ?", (request,))
                     db.execute("COMMIT")
@@ -157,13 +165,15 @@ class Spool:
             try:
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    requests: set[int] = set()
-                    deleted = 0
-                    for key in keys:
-                        row = db.execute("DELETE FROM spans WHERE key = ? RETURNING request", (key,)).fetchone()
-                        if row is not None:
-                            requests.add(row[0])
-                            deleted += 1
+                    # In SQLite's own loops, not one Python call per span: the keys into a temporary table,
+                    # then their requests and their rows.
+                    db.executemany("INSERT OR IGNORE INTO temp.gone (key) VALUES (?)", ((key,) for key in keys))
+                    requests = [r for (r,) in db.execute(
+                        "SELECT DISTINCT request FROM spans WHERE key IN (SELECT key FROM temp.gone)")]
+                    before = db.total_changes
+                    db.execute("DELETE FROM spans WHERE key IN (SELECT key FROM temp.gone)")
+                    deleted = db.total_changes - before
+                    db.execute("DELETE FROM temp.gone")
                     freed = gone = 0
                     for request in requests:
                         row = db.execute(
