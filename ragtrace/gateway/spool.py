@@ -10,6 +10,8 @@ Layout: one row per request (the OTLP bytes as received, after decoding) and one
 24-byte trace+span id, pointing at its request). A request row goes when its last span row goes. A span
 whose row is still there when the same span arrives again (a client retrying a request the gateway
 stored but died before answering) is a duplicate: it is counted and not stored, or forwarded, twice.
+A span's row is marked `sending` while its export batch is out: a gateway that dies then cannot know
+whether the next hop took the batch, so a replayed span with the mark is counted as a possible duplicate.
 
 The size bound counts the stored request bytes plus a fixed cost per span row; a request that does not
 fit is refused with `SpoolFull` (HTTP 503 / gRPC UNAVAILABLE), which OTLP clients retry.
@@ -39,7 +41,8 @@ Synchronous = Literal["full", "normal"]
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS requests ("
     " id INTEGER PRIMARY KEY, received REAL NOT NULL, size INTEGER NOT NULL, body BLOB NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS spans (key BLOB PRIMARY KEY, request INTEGER NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS spans ("
+    " key BLOB PRIMARY KEY, request INTEGER NOT NULL, sending INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS spans_by_request ON spans (request)",
 )
 
@@ -61,6 +64,8 @@ class StoredRequest:
     received: float  # time.time() when it was stored
     body: bytes
     pending: frozenset[bytes]
+    # Those of `pending` that were in an export when the gateway stopped: the next hop may have them already.
+    sending: frozenset[bytes] = frozenset()
 
 
 class Spool:
@@ -197,6 +202,23 @@ class Spool:
             self._spans -= deleted
         return deleted
 
+    def sending(self, keys: Iterable[bytes], sending: bool = True) -> None:
+        """Mark the rows of an export batch that is going out now (False: it failed, they were not taken)."""
+        with self._lock:
+            db = self._db
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    db.executemany("INSERT OR IGNORE INTO temp.gone (key) VALUES (?)", ((key,) for key in keys))
+                    db.execute("UPDATE spans SET sending = ? WHERE key IN (SELECT key FROM temp.gone)", (int(sending),))
+                    db.execute("DELETE FROM temp.gone")
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:  # the mark only sharpens a count: the spans are safe either way
+                logger.warning("ragtrace gateway: cannot mark spans being sent in the spool %s: %s", self.path, exc)
+
     # --- replay ------------------------------------------------------------------------------------------
 
     def stored(self) -> Iterator[StoredRequest]:
@@ -206,9 +228,11 @@ class Spool:
         for request in ids:
             with self._lock:
                 row = self._db.execute("SELECT received, body FROM requests WHERE id = ?", (request,)).fetchone()
-                keys = frozenset(k for (k,) in self._db.execute("SELECT key FROM spans WHERE request = ?", (request,)))
+                rows = self._db.execute("SELECT key, sending FROM spans WHERE request = ?", (request,)).fetchall()
+            keys = frozenset(key for key, _ in rows)
             if row is not None and keys:
-                yield StoredRequest(request, float(row[0]), bytes(row[1]), keys)
+                sending = frozenset(key for key, mark in rows if mark)
+                yield StoredRequest(request, float(row[0]), bytes(row[1]), keys, sending)
 
     # --- state -------------------------------------------------------------------------------------------
 
