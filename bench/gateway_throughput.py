@@ -21,8 +21,7 @@ only (`spool_normal`); `spool_cost` gives each one's throughput as a ratio of th
 
     python bench/gateway_throughput.py            # prints JSON (a few minutes: the local judge is slow)
     python bench/gateway_throughput.py --quick    # smaller runs
-    python bench/gateway_throughput.py --only passthrough_unsampled --only instant_judge --spool
-                                                  # spool on vs off only
+    python bench/gateway_throughput.py --spool --repeat 3    # spool on vs off only, 3 interleaved rounds
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import argparse
 import json
 import multiprocessing
+import statistics
 import sys
 import tempfile
 import threading
@@ -180,6 +180,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     parser.add_argument("--only", choices=RUNS, action="append", help="run only these (repeatable)")
     parser.add_argument("--spool", action="store_true", help="only the runs that compare spool on vs off")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="spool comparisons: run off / full / normal this many times, interleaved; the median "
+                        "ratio is reported (a shared machine's noise is larger than the spool's cost)")
     args = parser.parse_args()
     import overhead
 
@@ -195,18 +198,21 @@ def main() -> None:
     for name, (traces, rag, rate, judge) in plans.items():
         if (args.only and name not in args.only) or (args.spool and name not in SPOOLED):
             continue
-        off = run(name, int(traces * scale), rag=rag, rate=rate, judge=judge)
-        results.append(off)
         if name not in SPOOLED:
+            results.append(run(name, int(traces * scale), rag=rag, rate=rate, judge=judge))
             continue
-        for mode in SPOOL_MODES:
-            on = run(name, int(traces * scale), rag=rag, rate=rate, judge=judge, spool=mode)
-            results.append(on)
+        ratios: dict[str, list[float]] = {mode: [] for mode in SPOOL_MODES}
+        for _ in range(max(args.repeat, 1)):
+            off = run(name, int(traces * scale), rag=rag, rate=rate, judge=judge)
+            results.append(off)
+            for mode in SPOOL_MODES:
+                on = run(name, int(traces * scale), rag=rag, rate=rate, judge=judge, spool=mode)
+                results.append(on)
+                ratios[mode].append(round(off["seconds"] / on["seconds"], 2))
+        for synced, found in ratios.items():
             spool_cost.append({
-                "run": name, "spool": mode,
-                "spans_per_s": [off["spans_per_s"], on["spans_per_s"]],
-                "samples_per_s": [off["samples_per_s"], on["samples_per_s"]],
-                "throughput_ratio_on_vs_off": round(off["seconds"] / on["seconds"], 2),
+                "run": name, "spool": synced, "throughput_ratio_on_vs_off": found,
+                "median_ratio": statistics.median(found),
             })
     print(json.dumps({
         "cpus": os.cpu_count(),

@@ -19,6 +19,7 @@ fit is refused with `SpoolFull` (HTTP 503 / gRPC UNAVAILABLE), which OTLP client
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -100,7 +101,7 @@ class Spool:
             self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
             for statement in _SCHEMA:
                 self._db.execute(statement)
-            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS gone (key BLOB PRIMARY KEY) WITHOUT ROWID")
+            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS batch (key BLOB PRIMARY KEY) WITHOUT ROWID")
             self._bytes = int(self._db.execute("SELECT coalesce(sum(size), 0) FROM requests").fetchone()[0])
             self._spans = int(self._db.execute("SELECT count(*) FROM spans").fetchone()[0])
             self._requests = int(self._db.execute("SELECT count(*) FROM requests").fetchone()[0])
@@ -110,6 +111,18 @@ class Spool:
         self.found_at_start = self._spans
         self.duplicates = 0
         self.refused = 0
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (under `self._lock`): committed, durably, or rolled back."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     # --- the hot path ----------------------------------------------------------------------------------
 
@@ -125,10 +138,8 @@ class Spool:
                     f"the gateway's spool is full ({self._bytes} of {self.max_bytes} bytes in {self._spans} "
                     "spans not yet forwarded); retry"
                 )
-            db = self._db
             try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
+                with self._transaction() as db:
                     request = db.execute(
                         "INSERT INTO requests (received, size, body) VALUES (?, ?, ?)",
                         (time.time() if received is None else received, cost, body),
@@ -148,10 +159,6 @@ class Spool:
                         stored = sum(fresh)
                     if not stored:  # every span is stored already: keep no empty request
                         db.execute("DELETE FROM requests WHERE id = ?", (request,))
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
             except sqlite3.Error as exc:
                 logger.error("ragtrace gateway: cannot write to the spool %s: %s", self.path, exc)
                 raise SpoolFull(f"the gateway's spool cannot store the request ({exc}); retry") from exc
@@ -166,19 +173,14 @@ class Spool:
         """The next hop has these spans: delete their rows, and each request whose last span this was.
         Returns how many rows were deleted (keys not stored are ignored)."""
         with self._lock:
-            db = self._db
             try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    # In SQLite's own loops, not one Python call per span: the keys into a temporary table,
-                    # then their requests and their rows.
-                    db.executemany("INSERT OR IGNORE INTO temp.gone (key) VALUES (?)", ((key,) for key in keys))
+                with self._transaction() as db:
+                    _load_keys(db, keys)
                     requests = [r for (r,) in db.execute(
-                        "SELECT DISTINCT request FROM spans WHERE key IN (SELECT key FROM temp.gone)")]
+                        "SELECT DISTINCT request FROM spans WHERE key IN (SELECT key FROM temp.batch)")]
                     before = db.total_changes
-                    db.execute("DELETE FROM spans WHERE key IN (SELECT key FROM temp.gone)")
+                    db.execute("DELETE FROM spans WHERE key IN (SELECT key FROM temp.batch)")
                     deleted = db.total_changes - before
-                    db.execute("DELETE FROM temp.gone")
                     freed = gone = 0
                     for request in requests:
                         row = db.execute(
@@ -189,10 +191,6 @@ class Spool:
                         if row is not None:
                             freed += row[0]
                             gone += 1
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
             except sqlite3.Error as exc:
                 # The rows stay: the spans are replayed at the next start (a duplicate, never a loss).
                 logger.error("ragtrace gateway: cannot delete forwarded spans from the spool %s: %s", self.path, exc)
@@ -205,17 +203,12 @@ class Spool:
     def sending(self, keys: Iterable[bytes], sending: bool = True) -> None:
         """Mark the rows of an export batch that is going out now (False: it failed, they were not taken)."""
         with self._lock:
-            db = self._db
             try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    db.executemany("INSERT OR IGNORE INTO temp.gone (key) VALUES (?)", ((key,) for key in keys))
-                    db.execute("UPDATE spans SET sending = ? WHERE key IN (SELECT key FROM temp.gone)", (int(sending),))
-                    db.execute("DELETE FROM temp.gone")
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
+                with self._transaction() as db:
+                    _load_keys(db, keys)
+                    db.execute(
+                        "UPDATE spans SET sending = ? WHERE key IN (SELECT key FROM temp.batch)", (int(sending),)
+                    )
             except sqlite3.Error as exc:  # the mark only sharpens a count: the spans are safe either way
                 logger.warning("ragtrace gateway: cannot mark spans being sent in the spool %s: %s", self.path, exc)
 
@@ -254,6 +247,13 @@ class Spool:
                 self._db.close()
             except sqlite3.Error:
                 logger.exception("ragtrace gateway: closing the spool failed")
+
+
+def _load_keys(db: sqlite3.Connection, keys: Iterable[bytes]) -> None:
+    """An export batch's keys into the temporary table `batch`, so that the statements on them run in
+    SQLite's own loops, not one Python call per span."""
+    db.execute("DELETE FROM temp.batch")
+    db.executemany("INSERT OR IGNORE INTO temp.batch (key) VALUES (?)", ((key,) for key in keys))
 
 
 __all__ = ["FILE_NAME", "SPAN_ROW_BYTES", "Spool", "SpoolFull", "StoredRequest", "span_key"]
