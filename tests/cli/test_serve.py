@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ragtrace.cli import build_parser
-from ragtrace.cli.serve import settings_of
+from ragtrace.cli.serve import settings_of, spool_of
 from tests.gateway.test_gateway import app_provider, health
 from tests.gateway.test_security import self_signed
 from tests.live.fakes import plain_trace, rag_trace
@@ -37,6 +37,20 @@ def test_flags_win_over_ragtrace_variables(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("RAGTRACE_MAX_QUEUE", "77")
     settings = settings_of(serve_args("--sample-rate", "0.5"))
     assert settings.sample_rate == 0.5 and settings.max_queue == 77
+
+
+def test_the_spool_is_set_by_flag_or_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert spool_of(serve_args()) is None
+    monkeypatch.setenv("RAGTRACE_GATEWAY_SPOOL_DIR", str(tmp_path / "from-env"))
+    monkeypatch.setenv("RAGTRACE_GATEWAY_SPOOL_MAX_MIB", "2")
+    spool = spool_of(serve_args())
+    assert spool is not None and spool.path.parent == tmp_path / "from-env" and spool.max_bytes == 2 << 20
+    spool.close()
+    spool = spool_of(serve_args("--spool-dir", str(tmp_path / "flag"), "--spool-max-mib", "0.5"))
+    assert spool is not None and spool.path.parent == tmp_path / "flag" and spool.max_bytes == 1 << 19
+    spool.close()
+    with pytest.raises(ValueError, match="--spool-max-mib"):
+        spool_of(serve_args("--spool-max-mib", "0"))
 
 
 def test_a_bad_flag_value_is_checked_like_the_variable() -> None:
