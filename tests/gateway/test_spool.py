@@ -24,10 +24,11 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from ragtrace.gateway import Gateway, request_of
 from ragtrace.gateway.spool import SPAN_ROW_BYTES, Spool, span_key
@@ -41,10 +42,10 @@ from tests.servers.otlp import OtlpReceiver
 # ------------------------------------------------------------------ the crash test
 
 
-def _start_serve(grpc_port: int, health_port: int, next_hop: str, spool_dir: Path | None) -> subprocess.Popen[str]:
+def _start_serve(grpc_port: int, http_port: int, next_hop: str, spool_dir: Path | None) -> subprocess.Popen[str]:
     command = [
         sys.executable, "-m", "ragtrace", "serve", "--judge", "local", "--sample-rate", "1.0",
-        "--grpc-port", str(grpc_port), "--http-port", "-1", "--health-port", str(health_port),
+        "--grpc-port", str(grpc_port), "--http-port", str(http_port),
         "--exporter-endpoint", next_hop, "--trace-settle", "0.5", "--score-deadline", "15", "--log-level", "WARNING",
     ]
     if spool_dir is not None:
@@ -70,22 +71,29 @@ def _stop_serve(process: subprocess.Popen[str]) -> dict[str, Any]:
 def crash_run(
     receiver: OtlpReceiver, spool_dir: Path | None, traces: int = 240, seconds: float = 12.0
 ) -> dict[str, Any]:
-    """Send `traces` RAG traces over `seconds`; SIGKILL the gateway 40 % in, restart it 1 s later on the same
-    port (and spool); once the app's exporter has delivered everything, stop the gateway with SIGTERM.
-    Returns what arrived at the next hop, per trace."""
-    grpc_port, health_port = free_port(), free_port()
-    gateway = _start_serve(grpc_port, health_port, receiver.grpc_endpoint, spool_dir)
-    # The app: the SDK's batch processor and gRPC exporter, which retries (up to 60 s) while the gateway is down.
-    provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
-    exporter = GrpcSpanExporter(endpoint=f"http://127.0.0.1:{grpc_port}", insecure=True, timeout=60)
-    provider.add_span_processor(
-        BatchSpanProcessor(exporter, max_queue_size=100_000, schedule_delay_millis=100, max_export_batch_size=64)
-    )
-    tracer = provider.get_tracer("rag-app")
+    """Send `traces` RAG traces over `seconds`, every other one over OTLP/HTTP, the others over gRPC; SIGKILL
+    the gateway 40 % in, restart it 1 s later on the same ports (and spool); once the app's exporters have
+    delivered everything, stop the gateway with SIGTERM. Returns what arrived at the next hop, per trace."""
+    grpc_port, http_port = free_port(), free_port()
+    gateway = _start_serve(grpc_port, http_port, receiver.grpc_endpoint, spool_dir)
+    # The app: the SDK's batch processor and OTLP exporters, which retry (up to 60 s) while the gateway is down.
+    exporters: list[SpanExporter] = [
+        GrpcSpanExporter(endpoint=f"http://127.0.0.1:{grpc_port}", insecure=True, timeout=60),
+        HttpSpanExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/traces", timeout=60),
+    ]
+    providers = []
+    for exporter in exporters:
+        provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
+        provider.add_span_processor(
+            BatchSpanProcessor(exporter, max_queue_size=100_000, schedule_delay_millis=100, max_export_batch_size=64)
+        )
+        providers.append(provider)
+    tracers = [provider.get_tracer("rag-app") for provider in providers]
     sent: list[list[int]] = []
 
     def app() -> None:
         for number in range(traces):
+            tracer = tracers[number % 2]
             sent.append(rag_trace(tracer, query=f"what is good? ({number})", docs=("good doc", "noise"), plain=1))
             time.sleep(seconds / traces)
 
@@ -97,10 +105,11 @@ def crash_run(
         gateway.wait()
         killed_after = len(sent)
         time.sleep(1.0)
-        gateway = _start_serve(grpc_port, health_port, receiver.grpc_endpoint, spool_dir)
+        gateway = _start_serve(grpc_port, http_port, receiver.grpc_endpoint, spool_dir)
         sender.join()
-        assert provider.force_flush(120_000), "the app's exporter did not deliver to the restarted gateway"
-        provider.shutdown()
+        for provider in providers:
+            assert provider.force_flush(120_000), "the app's exporter did not deliver to the restarted gateway"
+            provider.shutdown()
         final = _stop_serve(gateway)
     finally:
         if gateway.poll() is None:
