@@ -269,12 +269,19 @@ def _configure_logging(level: str) -> None:
 def _log_counts(gateway: Gateway, last: dict[str, Any]) -> dict[str, Any]:
     """One INFO line with what the gateway did, when anything changed since `last`."""
     health = gateway.health()
-    counts = {key: health[key] for key in ("received_spans", "rejected_spans", "forwarded_spans", "decisions")}
+    keys = ("received_spans", "rejected_spans", "forwarded_spans", "failed_spans", "decisions", "spool")
+    counts = {key: health.get(key) for key in keys}
     if counts != last:
+        spool = health.get("spool")
         logger.info(
-            "ragtrace gateway: received %d spans (%d rejected), forwarded %d, held %d; decisions %s",
-            counts["received_spans"], counts["rejected_spans"], counts["forwarded_spans"], health["held_spans"],
-            counts["decisions"] or "{}",
+            "ragtrace gateway: received %d spans (%d rejected), forwarded %d (%d failed), held %d; decisions %s%s",
+            health["received_spans"], health["rejected_spans"], health["forwarded_spans"], health["failed_spans"],
+            health["held_spans"], health["decisions"] or "{}",
+            "" if spool is None else (
+                f"; spool: {spool['spans']} spans stored ({spool['bytes']} of {spool['max_bytes']} bytes), "
+                f"{spool['duplicate_spans']} duplicates received, {spool['replayed_maybe_delivered_spans']} "
+                f"replayed spans possibly delivered before, {spool['refused_spans']} refused when full"
+            ),
         )
     return counts
 

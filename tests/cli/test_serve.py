@@ -257,3 +257,20 @@ def test_serve_exits_on_signal_bursts(otlp_receiver: OtlpReceiver, round_: int) 
         except subprocess.TimeoutExpired:
             pytest.fail(f"ragtrace serve did not exit within 20 s of a burst of {sent} signals")
     assert process.returncode == 0, err
+
+
+def test_serve_logs_the_spool_with_the_counts(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
+    command = serve_command(
+        "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
+        "--trace-settle", "0", "--stats-interval", "0.2", "--log-level", "INFO", "--spool-dir", str(tmp_path),
+    )
+    with serving(command, {**os.environ, "OTEL_METRICS_EXPORTER": "none"}) as (process, ports):
+        provider = app_provider(GrpcSpanExporter(endpoint=f"http://127.0.0.1:{ports['grpc']}", insecure=True))
+        ids = plain_trace(provider.get_tracer("app"), 3)
+        assert provider.force_flush(5000)
+        provider.shutdown()
+        otlp_receiver.wait_for_spans(len(ids), timeout=10)
+        time.sleep(1.0)
+        err = stopped(process)
+    assert f"forwarded {len(ids)} (0 failed)" in err, err
+    assert "; spool: 0 spans stored" in err and "0 duplicates received" in err, err
