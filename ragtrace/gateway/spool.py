@@ -20,7 +20,10 @@ fit is refused with `SpoolFull` (HTTP 503 / gRPC UNAVAILABLE), which OTLP client
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -34,6 +37,7 @@ from ragtrace.gateway.receivers import RetryLater
 logger = logging.getLogger("ragtrace.gateway.spool")
 
 FILE_NAME = "ragtrace-spool.sqlite3"
+LOCK_NAME = "ragtrace-spool.lock"
 # What a span's row and its index entry cost on disk, roughly: counted towards the size bound.
 SPAN_ROW_BYTES = 64
 
@@ -73,9 +77,10 @@ class Spool:
     """A bounded SQLite store of acknowledged, not yet forwarded requests (thread-safe).
 
     directory: created if missing; the database is `ragtrace-spool.sqlite3` in it (plus SQLite's -wal and
-    -shm files). max_bytes: the bound. synchronous: "full" (default) syncs every commit to disk, so a stored
-    request survives the machine's crash too; "normal" survives the process's crash (SIGKILL, OOM) only
-    and costs less.
+    -shm files), and one gateway at a time may use it (a lock file, released when the process ends).
+    max_bytes: the bound. synchronous: "full" (default) syncs every commit to disk, so a stored request
+    survives the machine's crash too; "normal" survives the process's crash (SIGKILL, OOM) only and
+    costs less.
     """
 
     def __init__(self, directory: str | Path, max_bytes: int, *, synchronous: Synchronous = "full") -> None:
@@ -86,10 +91,15 @@ class Spool:
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            self._owner = _own(self.directory)
+        except OSError as exc:
+            raise ValueError(f"cannot open the spool in {self.directory}: {exc.strerror or exc}") from exc
+        try:
             self._db = sqlite3.connect(
                 self.directory / FILE_NAME, isolation_level=None, check_same_thread=False, timeout=30.0
             )
-        except (OSError, sqlite3.Error) as exc:
+        except sqlite3.Error as exc:
+            os.close(self._owner)
             raise ValueError(f"cannot open the spool in {self.directory}: {exc}") from exc
         self.path = self.directory / FILE_NAME
         self.max_bytes = max_bytes
@@ -107,6 +117,7 @@ class Spool:
             self._requests = int(self._db.execute("SELECT count(*) FROM requests").fetchone()[0])
         except sqlite3.DatabaseError as exc:
             self._db.close()
+            os.close(self._owner)
             raise ValueError(f"the spool {self.path} is not a usable SQLite database: {exc}") from exc
         self.found_at_start = self._spans
         self.duplicates = 0
@@ -247,6 +258,22 @@ class Spool:
                 self._db.close()
             except sqlite3.Error:
                 logger.exception("ragtrace gateway: closing the spool failed")
+            if self._owner >= 0:
+                os.close(self._owner)  # releases the directory for the next gateway
+                self._owner = -1
+
+
+def _own(directory: Path) -> int:
+    """Lock the spool directory for this process (released when it closes the descriptor, or dies): two
+    gateways replaying one spool would both forward every span in it."""
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise OSError(errno.EBUSY, "another gateway uses this spool; give each gateway a directory of its own") \
+            from None
+    return fd
 
 
 def _load_keys(db: sqlite3.Connection, keys: Iterable[bytes]) -> None:

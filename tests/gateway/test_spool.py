@@ -332,3 +332,12 @@ def test_spans_whose_export_was_out_when_the_gateway_died_are_counted_as_possibl
         assert state["replayed_maybe_delivered_spans"] == len(out), state
     finally:
         gateway.shutdown()
+
+
+def test_one_gateway_at_a_time_uses_a_spool(tmp_path: Path) -> None:
+    """Two gateways replaying one spool would both forward everything in it."""
+    first = Spool(tmp_path, 1 << 20)
+    with pytest.raises(ValueError, match="another gateway uses this spool"):
+        Spool(tmp_path, 1 << 20)
+    first.close()
+    Spool(tmp_path, 1 << 20).close()  # free again once the first one closed (or died)
