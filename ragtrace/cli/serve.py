@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import select
 import signal
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from ragtrace.gateway import Gateway
     from ragtrace.gateway.receivers import ReceiverLimits
     from ragtrace.gateway.security import ReceiverSecurity
+    from ragtrace.gateway.spool import Spool
     from ragtrace.live.settings import RagtraceSettings
 
 logger = logging.getLogger("ragtrace.gateway")
@@ -84,6 +85,20 @@ def _add_listening_options(parser: argparse.ArgumentParser) -> None:
         "--exporter-protocol", choices=("grpc", "http/protobuf"), default=None,
         help="next hop's protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
     )
+    spool = parser.add_argument_group(
+        "spool (keeps acknowledged spans on disk until the next hop has them; replayed after a crash)"
+    )
+    spool.add_argument("--spool-dir", default=os.environ.get("RAGTRACE_GATEWAY_SPOOL_DIR") or None,
+                       help="directory of the spool's SQLite database (env RAGTRACE_GATEWAY_SPOOL_DIR; default: "
+                       "no spool, a killed gateway loses the spans it held)")
+    spool.add_argument("--spool-max-mib", type=float,
+                       default=_env_or("RAGTRACE_GATEWAY_SPOOL_MAX_MIB", 1024.0),
+                       help="largest spool; when full, requests are refused with 503 / UNAVAILABLE and clients "
+                       "retry (env RAGTRACE_GATEWAY_SPOOL_MAX_MIB; default 1024)")
+    spool.add_argument("--spool-sync", choices=("full", "normal"),
+                       default=os.environ.get("RAGTRACE_GATEWAY_SPOOL_SYNC") or "full",
+                       help="full: every request is synced to disk before it is answered (survives a machine "
+                       "crash); normal: survives the process's crash only, cheaper (env RAGTRACE_GATEWAY_SPOOL_SYNC)")
 
 
 def _add_scoring_options(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +119,11 @@ def _add_scoring_options(parser: argparse.ArgumentParser) -> None:
         "--trace-settle", type=float, default=1.0,
         help="seconds a trace's root is held so that children exported after it join the trace (default 1.0)",
     )
+
+
+def _env_or(name: str, default: float) -> float | str:
+    """A variable's value for argparse to check like the flag (a bad one reads as the flag's error)."""
+    return os.environ.get(name) or default
 
 
 def _port(value: int | None) -> int | None:
@@ -140,6 +160,17 @@ def security_of(args: argparse.Namespace) -> ReceiverSecurity:
     )
 
 
+def spool_of(args: argparse.Namespace) -> Spool | None:
+    """The spool `--spool-dir` asks for (None without one); ValueError for a bad size or directory."""
+    if not args.spool_dir:
+        return None
+    from ragtrace.gateway.spool import Spool
+
+    if not args.spool_max_mib > 0:
+        raise ValueError(f"--spool-max-mib must be above 0, got {args.spool_max_mib!r}")
+    return Spool(args.spool_dir, int(args.spool_max_mib * 1024 * 1024), synchronous=args.spool_sync)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
     from ragtrace.gateway import Gateway
@@ -147,20 +178,24 @@ def run(args: argparse.Namespace) -> int:
 
     _configure_logging(str(args.log_level).upper())
     meter_provider = None
+    spool = None
     try:
         settings = settings_of(args)
         limits, security = limits_of(args), security_of(args)
         meter_provider = otlp_meter_provider(args.exporter_endpoint, args.exporter_protocol)
+        spool = spool_of(args)
         gateway = Gateway(
             settings, host=args.host, grpc_port=_port(args.grpc_port), http_port=_port(args.http_port),
             health_port=args.health_port, exporter_endpoint=args.exporter_endpoint,
             exporter_protocol=args.exporter_protocol, trace_settle=args.trace_settle, meter_provider=meter_provider,
-            limits=limits, security=security,
+            limits=limits, security=security, spool=spool,
         )
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"ragtrace serve: {exc}", file=sys.stderr)
         if meter_provider is not None:
             meter_provider.shutdown(timeout_millis=1000)
+        if spool is not None:
+            spool.close()
         return 2
     _serve_until_signalled(gateway, settings, meter_provider, args.stats_interval)
     print(f"ragtrace serve: stopped {gateway.health()}", flush=True)
@@ -190,12 +225,15 @@ def _log_counts(gateway: Gateway, last: dict[str, Any]) -> dict[str, Any]:
 def _serve_until_signalled(
     gateway: Gateway, settings: RagtraceSettings, meter_provider: MeterProvider, stats_interval: float
 ) -> None:
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: object) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # A signal handler must take no lock: a second signal (`timeout` sends two) re-enters the handler in
+    # the main thread, and a handler blocked on a lock the interrupted code holds never returns. So the
+    # handler does nothing; Python's C-level handler writes the signal number to a pipe
+    # (`signal.set_wakeup_fd`), which the main loop waits on.
+    wake_read, wake_write = os.pipe()
+    for fd in (wake_read, wake_write):
+        os.set_blocking(fd, False)
+    previous = {sig: signal.signal(sig, _ignore_here) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     try:
         gateway.start()
         # One line a supervisor (or a test) can wait for; ports are the bound ones (0 picks a free port).
@@ -206,16 +244,38 @@ def _serve_until_signalled(
         )
         counts: dict[str, Any] = {}
         next_stats = time.monotonic() + stats_interval
-        while not stop.wait(0.5):
+        while not _signalled(wake_read, max(next_stats - time.monotonic(), 0.0)):
             if time.monotonic() >= next_stats:
                 counts = _log_counts(gateway, counts)
                 next_stats = time.monotonic() + stats_interval
         print("ragtrace serve: stopping, flushing held spans", flush=True)
     finally:
-        gateway.shutdown()
+        gateway.shutdown()  # signals arriving meanwhile only write to the pipe
         meter_provider.shutdown()  # the last metric export, after the processor's final counts
+        signal.set_wakeup_fd(previous_wakeup)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        os.close(wake_read)
+        os.close(wake_write)
+
+
+def _ignore_here(signum: int, frame: object) -> None:
+    """The Python-level handler: nothing (the wakeup pipe carries the signal to the main loop)."""
+
+
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def _signalled(wake_read: int, timeout: float) -> bool:
+    """Whether SIGTERM or SIGINT arrived, waiting up to `timeout` seconds on the wakeup pipe."""
+    readable, _, _ = select.select([wake_read], [], [], timeout)
+    if not readable:
+        return False
+    try:
+        received = os.read(wake_read, 512)
+    except BlockingIOError:
+        return False
+    return any(number in _STOP_SIGNALS for number in received)
 
 
 __all__ = ["SETTING_FLAGS", "add_parser", "limits_of", "run", "security_of", "settings_of"]

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import socket
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from ragtrace._sdk import batch_queue_room, set_batch_exporter
 from ragtrace.live.otlp import otlp_span_exporter, otlp_target
+
+logger = logging.getLogger("ragtrace.gateway.next_hop")
+
+# Told, after each export, which spans the next hop accepted (True) or did not (False).
+ExportListener = Callable[[Sequence[ReadableSpan], bool], None]
 
 _WILDCARDS = ("", "0.0.0.0", "::")
 
@@ -34,6 +44,112 @@ def otlp_exporting(endpoint: str | None = None, protocol: str | None = None) -> 
         schedule_delay_millis=_env_int("OTEL_BSP_SCHEDULE_DELAY", 200),
         max_export_batch_size=_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 2048),
     )
+
+
+class ObservedExporter(SpanExporter):
+    """An exporter that tells `listener` what became of each batch: the next hop's answer, not the handing on."""
+
+    def __init__(self, exporter: SpanExporter, listener: ExportListener) -> None:
+        self.exporter = exporter
+        self._listener = listener
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            result = self.exporter.export(spans)
+        except Exception:
+            logger.exception("ragtrace gateway: the next hop's exporter failed")
+            result = SpanExportResult.FAILURE
+        try:
+            self._listener(spans, result is SpanExportResult.SUCCESS)
+        except Exception:
+            logger.exception("ragtrace gateway: recording an export's outcome failed")
+        return result
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+
+class NextHop(SpanProcessor):
+    """The next hop with its outcomes counted: spans handed on, forwarded (the next hop answered success)
+    and failed (its exporter gave up on them: lost, unless the spool sends them again).
+
+    `observed` is False when the exporting processor keeps its exporter where this cannot see it (a
+    processor other than the SDK's batch or simple one): then `forwarded` counts the spans handed on.
+    """
+
+    def __init__(self, processor: SpanProcessor) -> None:
+        self.processor = processor
+        self._lock = threading.Lock()
+        self._listeners: list[ExportListener] = []
+        self.handed = 0
+        self.forwarded = 0
+        self.failed = 0
+        self._failure_said = False
+        self.observed = _observe(processor, self._exported)
+
+    def listen(self, listener: ExportListener) -> None:
+        """Also tell `listener` each export's outcome (the spool deletes what was forwarded)."""
+        self._listeners.append(listener)
+
+    def _exported(self, spans: Sequence[ReadableSpan], ok: bool) -> None:
+        with self._lock:
+            if ok:
+                self.forwarded += len(spans)
+            else:
+                self.failed += len(spans)
+                first, self._failure_said = not self._failure_said, True
+        if not ok:
+            (logger.warning if first else logger.debug)(
+                "ragtrace gateway: the next hop did not take %d spans (its exporter gave up); /healthz "
+                "counts them as failed_spans", len(spans),
+            )
+        for listener in self._listeners:
+            listener(spans, ok)
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.processor.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.processor.on_end(span)
+        with self._lock:
+            self.handed += 1
+            if not self.observed:
+                self.forwarded += 1
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.processor.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self.processor.shutdown()
+
+    def room(self) -> tuple[int, int] | None:
+        """(free places, size) of the next hop's span queue; None when it has none we know of."""
+        room = batch_queue_room(self.processor)
+        return None if room is None else room[:2]
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {
+                "handed": self.handed, "forwarded": self.forwarded, "failed": self.failed,
+                "exporting": max(self.handed - self.forwarded - self.failed, 0),
+            }
+
+
+def _observe(processor: SpanProcessor, listener: ExportListener) -> bool:
+    """Put an `ObservedExporter` in front of the exporter of the SDK's batch or simple span processor."""
+    if isinstance(processor, BatchSpanProcessor):
+        try:
+            set_batch_exporter(processor, ObservedExporter(processor.span_exporter, listener))
+        except (AttributeError, TypeError):
+            return False
+        return True
+    if isinstance(processor, SimpleSpanProcessor):
+        processor.span_exporter = ObservedExporter(processor.span_exporter, listener)
+        return True
+    return False
 
 
 def next_hop_url(endpoint: str | None = None, protocol: str | None = None) -> str:
@@ -108,4 +224,6 @@ def refuse_self_forwarding(
         )
 
 
-__all__ = ["next_hop_url", "otlp_exporting", "refuse_self_forwarding"]
+__all__ = [
+    "ExportListener", "NextHop", "ObservedExporter", "next_hop_url", "otlp_exporting", "refuse_self_forwarding",
+]

@@ -12,58 +12,38 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
-from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTracePartialSuccess,
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from ragtrace._sdk import batch_queue_room
 from ragtrace.gateway.convert import received_spans, span_count
-from ragtrace.gateway.next_hop import next_hop_url, otlp_exporting, refuse_self_forwarding
+from ragtrace.gateway.next_hop import NextHop, next_hop_url, otlp_exporting, refuse_self_forwarding
 from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, ReceiverLimits, RetryLater, url_host
 from ragtrace.gateway.security import ReceiverSecurity
 from ragtrace.gateway.settling import RootSettler
+from ragtrace.gateway.spool import Spool, SpoolFull, span_key
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import resolve_judge
+from ragtrace.live.enrich import EvalStatus
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.settings import RagtraceSettings
 
 logger = logging.getLogger(__name__)
 
-
-class _CountingForward(SpanProcessor):
-    """The next hop with a count of the spans handed to it (what `/healthz` and the logs call forwarded)."""
-
-    def __init__(self, next_hop: SpanProcessor) -> None:
-        self._next_hop = next_hop
-        self._lock = threading.Lock()
-        self.forwarded = 0
-
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self._next_hop.on_start(span, parent_context)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        self._next_hop.on_end(span)
-        with self._lock:
-            self.forwarded += 1
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._next_hop.force_flush(timeout_millis)
-
-    def shutdown(self) -> None:
-        self._next_hop.shutdown()
-
-    def room(self) -> tuple[int, int] | None:
-        """(free places, size) of the next hop's span queue; None when it has none we know of."""
-        room = batch_queue_room(self._next_hop)
-        return None if room is None else room[:2]
+# A batch the next hop's exporter gave up on (after its own retries) is handed to it again this much later.
+RESEND_DELAY = 1.0
+# What a replayed sample whose score deadline passed while the gateway was down says on its retrieval span.
+REPLAYED_LATE: tuple[EvalStatus, str] = ("timeout", "gateway_restarted")
 
 
 class Gateway:
@@ -76,6 +56,8 @@ class Gateway:
     trace_settle: seconds a root is held so that late children join its trace (0 disables).
     limits: what a client may cost (body size, timeouts, connections; `ReceiverLimits`).
     security: TLS and a required header on both transports (`ReceiverSecurity`); none by default.
+    spool: a `Spool` that keeps every acknowledged span on disk until the next hop has it, replayed at
+    `start` (the gateway closes it at shutdown); the exporting processor must be the SDK's batch or simple one.
     processor_options: any further `RagScoringSpanProcessor` argument (e.g. `sampler`, `tick_interval`).
     """
 
@@ -97,6 +79,7 @@ class Gateway:
         limits: ReceiverLimits | None = None,
         security: ReceiverSecurity | None = None,
         meter_provider: MeterProvider | None = None,
+        spool: Spool | None = None,
         **processor_options: Any,
     ) -> None:
         settings = settings if settings is not None else RagtraceSettings.from_env()
@@ -111,9 +94,22 @@ class Gateway:
             kwargs["metrics"] = settings.build_metrics(meter_provider)
         kwargs.update(processor_options)
         self._sampler: Sampler = kwargs["sampler"]
-        self._exporting = _CountingForward(
+        self._exporting = NextHop(
             exporting if exporting is not None else otlp_exporting(exporter_endpoint, exporter_protocol)
         )
+        if spool is not None:
+            if not self._exporting.observed:
+                raise ValueError(
+                    "a spool needs to know which spans the next hop accepted: give the gateway the SDK's "
+                    "BatchSpanProcessor (or SimpleSpanProcessor) as its exporting processor"
+                )
+            self._exporting.listen(self._exported)
+        self._spool = spool
+        self._resend: deque[tuple[float, Sequence[ReadableSpan]]] = deque()
+        self._replayed = 0
+        self._replayed_late = 0
+        self._pump_stop = threading.Event()
+        self._pump: threading.Thread | None = None
         self.processor = RagScoringSpanProcessor(self._exporting, judge=resolved, **kwargs)
         self._settler = RootSettler(self.processor, self._sampler, trace_settle, max_settling_roots)
         self._lock = threading.Lock()
@@ -149,6 +145,8 @@ class Gateway:
             self._close_servers()
             self._settler.close()
             self.processor.shutdown()
+            if spool is not None:
+                spool.close()
             raise
 
     # --- endpoints -----------------------------------------------------------------------------------
@@ -185,7 +183,17 @@ class Gateway:
     # --- lifecycle -----------------------------------------------------------------------------------
 
     def start(self) -> Gateway:
-        """Start serving (returns self, so `with Gateway(...).start() as gw:` works)."""
+        """Start serving (returns self, so `with Gateway(...).start() as gw:` works). With a spool, its replay
+        starts first, so that spans stored before a crash reach the processor before their retried peers."""
+        if self._spool is not None and self._pump is None:
+            found = self._spool.stats()
+            if found["spans"]:
+                logger.info(
+                    "ragtrace gateway: replaying %d spans (%d requests) from the spool %s",
+                    found["spans"], found["requests"], self._spool.path,
+                )
+            self._pump = threading.Thread(target=self._run_spool, name="ragtrace-spool", daemon=True)
+            self._pump.start()
         for receiver in self._receivers():
             receiver.start()
         security = self._security
@@ -210,15 +218,29 @@ class Gateway:
                 raise RetryLater(f"the next hop's queue has no room for {total} more spans; retry")
             self._reserved += total
         accepted = 0
+        refused = False
         try:
-            for span in received_spans(request):
+            spans = list(received_spans(request))
+            valid = len(spans)
+            if self._spool is not None and spans:
+                # Durable before the answer; a span still stored from an earlier request is not handed on
+                # twice (its stored copy is on its way already).
+                fresh = self._spool.add(request.SerializeToString(), [_key(span) for span in spans])
+                spans = [span for span, new in zip(spans, fresh, strict=True) if new]
+            for span in spans:
                 self._settler.on_end(span)
-                accepted += 1
+            accepted = valid
+        except SpoolFull:
+            refused = True
+            raise
         finally:
             with self._lock:
                 self._reserved -= total
-                self._received += accepted
-                self._rejected += total - accepted
+                if refused:
+                    self._refused += total
+                else:
+                    self._received += accepted
+                    self._rejected += total - accepted
         if accepted == total:
             return ExportTraceServiceResponse()
         return ExportTraceServiceResponse(
@@ -238,23 +260,133 @@ class Gateway:
         free, size = room
         return free - self.processor.sink.waiting - self._reserved >= min(spans, size)
 
+    def _reserve(self, spans: int) -> bool:
+        """Room in the next hop's queue for `spans` more, taken (release with `_unreserve`)."""
+        with self._lock:
+            if not self._has_room(spans):
+                return False
+            self._reserved += spans
+            return True
+
+    def _unreserve(self, spans: int) -> None:
+        with self._lock:
+            self._reserved -= spans
+
+    # --- the spool ---------------------------------------------------------------------------------------
+
+    def _exported(self, spans: Sequence[ReadableSpan], ok: bool) -> None:
+        """The next hop's answer for a batch: forwarded spans leave the spool; a batch its exporter gave up
+        on is handed to it again after `RESEND_DELAY` (the spans are still stored, so a crash meanwhile
+        loses nothing either)."""
+        assert self._spool is not None
+        if ok:
+            self._spool.forwarded(_key(span) for span in spans)
+        elif not self._closing:
+            self._resend.append((time.monotonic() + RESEND_DELAY, spans))
+
+    def _run_spool(self) -> None:
+        try:
+            self._replay()
+        except Exception:
+            logger.exception("ragtrace gateway: replaying the spool failed; the rest is replayed at the next start")
+        while not self._pump_stop.wait(0.1):
+            try:
+                self._resend_due()
+            except Exception:
+                logger.exception("ragtrace gateway: sending spans again failed")
+
+    def _wait_for_room(self, spans: int) -> bool:
+        while not self._reserve(spans):
+            if self._pump_stop.wait(0.05):
+                return False
+        return True
+
+    def _replay(self) -> None:
+        """Hand the spool's spans on as they arrived: to scoring while their trace is within `score_deadline`
+        of its arrival, else forwarded with `ragtrace.eval.status = timeout`, `ragtrace.eval.error =
+        gateway_restarted` on the retrieval spans of sampled traces."""
+        assert self._spool is not None
+        deadline = self.processor.scoring.options.score_deadline
+        for stored in self._spool.stored():
+            request = ExportTraceServiceRequest.FromString(stored.body)
+            spans = [span for span in received_spans(request) if _key(span) in stored.pending]
+            if not self._wait_for_room(len(spans)):
+                return
+            late = time.time() - stored.received >= deadline
+            try:
+                if late:
+                    self._forward_late(spans)
+                else:
+                    for span in spans:
+                        self._settler.on_end(span)
+            finally:
+                self._unreserve(len(spans))
+            with self._lock:
+                self._replayed += len(spans)
+                if late:
+                    self._replayed_late += len(spans)
+        if self._replayed:
+            logger.info(
+                "ragtrace gateway: replayed %d spans from the spool (%d past the score deadline, forwarded "
+                "with status timeout / gateway_restarted)", self._replayed, self._replayed_late,
+            )
+
+    def _forward_late(self, spans: list[ReadableSpan]) -> None:
+        """Spans whose score deadline passed while the gateway was down: forwarded now, each retrieval span
+        of a trace that may be sampled saying why it has no score (on the worker, like every release)."""
+        scoring = self.processor.scoring
+        pipeline = scoring.pipeline
+        sampled = [s for s in spans if s.context is not None and self._sampler.might_sample(s.context.trace_id)]
+        others = [s for s in spans if s.context is None or not self._sampler.might_sample(s.context.trace_id)]
+
+        def release() -> None:
+            pipeline.emit(others if scoring.options.enrich else spans)  # link mode: the evaluation spans only
+            pipeline.emit_not_judged(sampled, REPLAYED_LATE)
+
+        if not scoring.worker.call(release, timeout=30.0):
+            logger.warning("ragtrace gateway: the scoring worker did not take %d replayed spans in 30 s", len(spans))
+
+    def _resend_due(self) -> None:
+        while self._resend and self._resend[0][0] <= time.monotonic():
+            spans = self._resend[0][1]
+            if not self._reserve(len(spans)):
+                return
+            self._resend.popleft()
+            try:
+                for span in spans:
+                    self._exporting.on_end(span)
+            finally:
+                self._unreserve(len(spans))
+
     def health(self) -> dict[str, Any]:
         """What `GET /healthz` answers: liveness plus the in-flight state an operator sizes by."""
         with self._lock:
             received, rejected, refused, requests = self._received, self._rejected, self._refused, self._requests
-        return {
+            replayed, replayed_late = self._replayed, self._replayed_late
+        next_hop = self._exporting.counts()
+        health: dict[str, Any] = {
             "status": "shutting_down" if self._closing else "ok",
             "requests": requests,
             "received_spans": received,
             "rejected_spans": rejected,
             "refused_spans": refused,
-            "forwarded_spans": self._exporting.forwarded,
+            "forwarded_spans": next_hop["forwarded"],
+            "failed_spans": next_hop["failed"],
+            "exporting_spans": next_hop["exporting"],
             "settling_roots": self._settler.waiting,
             "held_spans": self.processor.held_spans,
             "open_traces": self.processor.open_traces,
             "queue_depth": self.processor.queue_depth,
             "decisions": self.processor.decisions,
         }
+        if self._spool is not None:
+            health["spool"] = {
+                **self._spool.stats(),
+                "replayed_spans": replayed,
+                "replayed_late_spans": replayed_late,
+                "resending_spans": sum(len(spans) for _, spans in list(self._resend)),
+            }
+        return health
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Hand on settling roots, score what can be scored in time, flush the exporter."""
@@ -279,8 +411,13 @@ class Gateway:
             self._close_servers(grace)
         except Exception:
             logger.exception("ragtrace gateway: stopping the servers failed")
+        self._pump_stop.set()
+        if self._pump is not None:
+            self._pump.join(5.0)
         self._settler.close()
         self.processor.shutdown()
+        if self._spool is not None:
+            self._spool.close()  # what it still holds (not forwarded) is replayed at the next start
         self._stopped.set()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -292,6 +429,12 @@ class Gateway:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _key(span: ReadableSpan) -> bytes:
+    ctx = span.context
+    assert ctx is not None  # received spans all have valid ids
+    return span_key(ctx.trace_id, ctx.span_id)
 
 
 def request_of(spans: list[ReadableSpan]) -> ExportTraceServiceRequest:
