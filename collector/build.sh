@@ -60,7 +60,7 @@ build_jaeger() {
     rm -rf "$work" && mkdir -p "$work"
     (
         cd "$work"
-        go mod init ragtrace.local/jaeger-build >/dev/null 2>&1
+        go mod init example.com/jaeger-build >/dev/null 2>&1
         go get -tool "$JAEGER_MODULE/cmd/jaeger@$JAEGER_VERSION"
         go build -trimpath -ldflags="-s -w" -o jaeger "$JAEGER_MODULE/cmd/jaeger"
     ) >&2

@@ -140,7 +140,7 @@ def test_every_name_used_in_collector_exists() -> None:
 
 # Built although no shipped config names them: the debug exporter to look at a pipeline while setting it
 # up, otlphttp for backends that take OTLP over HTTP only (Arize Phoenix, see README.md).
-OPERATOR_EXTRAS = {("exporters", "debug"), ("exporters", "otlphttp")}
+OPERATOR_EXTRAS = {("exporters", "debug"), ("exporters", "otlp_http")}
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
 
 
