@@ -25,4 +25,7 @@ WORKDIR /var/lib/ragtrace
 EXPOSE 4317 4318
 HEALTHCHECK --interval=5s --timeout=3s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:4318/healthz', timeout=2)"]
-ENTRYPOINT ["ragtrace", "serve", "--host", "0.0.0.0", "--grpc-port", "4317", "--http-port", "4318"]
+# Each replica's metrics carry its own service.instance.id (the container's hostname): the Collector's
+# prometheus exporter keys series by it, and replicas with the same resource would overwrite each other's
+# counters there.
+ENTRYPOINT ["sh", "-c", "OTEL_RESOURCE_ATTRIBUTES=\"service.instance.id=$(hostname)${OTEL_RESOURCE_ATTRIBUTES:+,$OTEL_RESOURCE_ATTRIBUTES}\" exec ragtrace serve --host 0.0.0.0 --grpc-port 4317 --http-port 4318 \"$@\"", "ragtrace-serve"]
