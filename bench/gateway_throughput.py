@@ -15,8 +15,13 @@ Figures:
 - local_judge: RAG traces at rate 1 with `--judge local` (MiniLM on onnxruntime): what judging costs on
   this CPU.
 
+The spool (`--spool-dir`): `passthrough_unsampled` and `instant_judge` run again with a spool in a fresh
+temporary directory, synced to disk on every request (`spool_full`, the default) and on process crashes
+only (`spool_normal`); `spool_cost` gives each one's throughput as a ratio of the run without a spool.
+
     python bench/gateway_throughput.py            # prints JSON (a few minutes: the local judge is slow)
     python bench/gateway_throughput.py --quick    # smaller runs
+    python bench/gateway_throughput.py --spool --repeat 3    # spool on vs off only, 3 interleaved rounds
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import argparse
 import json
 import multiprocessing
+import statistics
 import sys
+import tempfile
 import threading
 import time
 from concurrent import futures
@@ -44,6 +51,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from ragtrace.gateway import Gateway
+from ragtrace.gateway.spool import Spool, Synchronous
 from ragtrace.judges.base import Judge
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.settings import RagtraceSettings
@@ -52,6 +60,8 @@ TRACES_PER_REQUEST = 100
 SPANS_PER_TRACE = 5
 IN_FLIGHT = 4
 RUNS = ("passthrough_unsampled", "passthrough_sampled_not_rag", "instant_judge", "local_judge")
+SPOOLED = ("passthrough_unsampled", "instant_judge")  # also run with a spool (judging would hide its cost)
+SPOOL_MODES: tuple[Synchronous, ...] = ("full", "normal")
 
 
 class Sink(trace_service_pb2_grpc.TraceServiceServicer):  # type: ignore[misc]
@@ -99,7 +109,17 @@ def _send(port: int, traces: int, rag: bool, ready: Any, go: Any) -> None:
     channel.close()
 
 
-def run(label: str, traces: int, rag: bool, rate: float, judge: str | Judge) -> dict[str, Any]:
+def run(
+    label: str, traces: int, rag: bool, rate: float, judge: str | Judge, spool: Synchronous | None = None
+) -> dict[str, Any]:
+    if spool is None:
+        return _run(label, traces, rag, rate, judge, None)
+    with tempfile.TemporaryDirectory(prefix="ragtrace-spool-bench-") as directory:
+        result = _run(f"{label}+spool_{spool}", traces, rag, rate, judge, Spool(directory, 8 << 30, synchronous=spool))
+        return result
+
+
+def _run(label: str, traces: int, rag: bool, rate: float, judge: str | Judge, spool: Spool | None) -> dict[str, Any]:
     sink = Sink()
     server = grpc.server(futures.ThreadPoolExecutor(4), options=[("grpc.max_receive_message_length", 64 << 20)])
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(sink, server)  # type: ignore[no-untyped-call]
@@ -116,7 +136,7 @@ def run(label: str, traces: int, rag: bool, rate: float, judge: str | Judge) -> 
     # trace_settle=0: the sender's batches hold whole traces, so settling would only add a constant second.
     gateway = Gateway(
         settings, judge=judge, exporting=exporting, grpc_port=0, http_port=None, trace_settle=0.0,
-        sampler=Sampler(rate), tick_interval=0.01,
+        sampler=Sampler(rate), tick_interval=0.01, spool=spool,
     ).start()
     context = multiprocessing.get_context("spawn")
     ready, go = context.Event(), context.Event()
@@ -130,6 +150,10 @@ def run(label: str, traces: int, rag: bool, rate: float, judge: str | Judge) -> 
         done = sink.cond.wait_for(lambda: sink.spans >= expected, timeout=1800)
     elapsed = time.perf_counter() - started
     sender.join(60)
+    if spool is not None:  # the last batch's rows go once its export returned
+        until = time.monotonic() + 30
+        while gateway.health()["spool"]["spans"] and time.monotonic() < until:
+            time.sleep(0.05)
     health = gateway.health()
     gateway.shutdown()
     server.stop(None)
@@ -146,6 +170,8 @@ def run(label: str, traces: int, rag: bool, rate: float, judge: str | Judge) -> 
         "samples_scored": scored,
         "samples_per_s": round(scored / elapsed, 1),
         "decisions": health["decisions"],
+        **({"spool_left": health["spool"]["spans"], "spool_duplicates": health["spool"]["duplicate_spans"]}
+           if spool is not None else {}),
     }
 
 
@@ -153,6 +179,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     parser.add_argument("--only", choices=RUNS, action="append", help="run only these (repeatable)")
+    parser.add_argument("--spool", action="store_true", help="only the runs that compare spool on vs off")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="spool comparisons: run off / full / normal this many times, interleaved; the median "
+                        "ratio is reported (a shared machine's noise is larger than the spool's cost)")
     args = parser.parse_args()
     import overhead
 
@@ -163,15 +193,32 @@ def main() -> None:
         "instant_judge": (4_000, True, 1.0, overhead.FixedJudge()),
         "local_judge": (100, True, 1.0, "local"),
     }
-    results = [
-        run(name, int(traces * scale), rag=rag, rate=rate, judge=judge)
-        for name, (traces, rag, rate, judge) in plans.items()
-        if not args.only or name in args.only
-    ]
+    results = []
+    spool_cost = []
+    for name, (traces, rag, rate, judge) in plans.items():
+        if (args.only and name not in args.only) or (args.spool and name not in SPOOLED):
+            continue
+        if name not in SPOOLED:
+            results.append(run(name, int(traces * scale), rag=rag, rate=rate, judge=judge))
+            continue
+        ratios: dict[str, list[float]] = {mode: [] for mode in SPOOL_MODES}
+        for _ in range(max(args.repeat, 1)):
+            off = run(name, int(traces * scale), rag=rag, rate=rate, judge=judge)
+            results.append(off)
+            for mode in SPOOL_MODES:
+                on = run(name, int(traces * scale), rag=rag, rate=rate, judge=judge, spool=mode)
+                results.append(on)
+                ratios[mode].append(round(off["seconds"] / on["seconds"], 2))
+        for synced, found in ratios.items():
+            spool_cost.append({
+                "run": name, "spool": synced, "throughput_ratio_on_vs_off": found,
+                "median_ratio": statistics.median(found),
+            })
     print(json.dumps({
         "cpus": os.cpu_count(),
         "note": "one gateway process; sender in a second process; sink in the gateway's process",
         "results": results,
+        "spool_cost": spool_cost,
     }, indent=2))
 
 

@@ -20,6 +20,7 @@ from operator import attrgetter
 from typing import Any, Final
 
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -139,6 +140,12 @@ def set_batch_exporter(processor: BatchSpanProcessor, exporter: SpanExporter) ->
     processor._batch_processor._exporter = exporter
     if processor.span_exporter is not exporter:
         raise TypeError("this BatchSpanProcessor keeps its exporter elsewhere; use scoring_batch_processor()")
+
+
+def metric_exporter_preferences(exporter: MetricExporter) -> tuple[Any, Any]:
+    """(preferred temporality, preferred aggregation) of a metric exporter, for an exporter wrapping it (the
+    SDK's reader reads these fields of the exporter it is given, and they have no public getter)."""
+    return exporter._preferred_temporality, exporter._preferred_aggregation
 
 
 def batch_queue_room(processor: SpanProcessor) -> tuple[int, int, int] | None:

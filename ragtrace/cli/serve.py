@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ragtrace.gateway.receivers import ReceiverLimits
     from ragtrace.gateway.security import ReceiverSecurity
     from ragtrace.gateway.spool import Spool
+    from ragtrace.live.otlp import MetricsOutlet
     from ragtrace.live.settings import RagtraceSettings
 
 logger = logging.getLogger("ragtrace.gateway")
@@ -84,6 +85,16 @@ def _add_listening_options(parser: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--exporter-protocol", choices=("grpc", "http/protobuf"), default=None,
         help="next hop's protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)",
+    )
+    out.add_argument(
+        "--metrics-endpoint", default=os.environ.get("RAGTRACE_GATEWAY_METRICS_ENDPOINT") or None,
+        help="where ragtrace's own metrics go: a URL, or 'none' to turn them off (env "
+        "RAGTRACE_GATEWAY_METRICS_ENDPOINT; default: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, else the next hop; "
+        "OTEL_METRICS_EXPORTER=none also turns them off). A traces-only next hop (Phoenix) needs one of these",
+    )
+    out.add_argument(
+        "--metrics-protocol", choices=("grpc", "http/protobuf"), default=None,
+        help="the metrics endpoint's protocol (default: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, else the next hop's)",
     )
     spool = parser.add_argument_group(
         "spool (keeps acknowledged spans on disk until the next hop has them; replayed after a crash)"
@@ -171,18 +182,63 @@ def spool_of(args: argparse.Namespace) -> Spool | None:
     return Spool(args.spool_dir, int(args.spool_max_mib * 1024 * 1024), synchronous=args.spool_sync)
 
 
+_OFF = ("none", "off")
+
+
+def metrics_outlet_of(args: argparse.Namespace) -> MetricsOutlet | None:
+    """ragtrace's own metrics exporter as the flags and variables say; None when they are turned off."""
+    from ragtrace.live.otlp import otlp_metrics_outlet
+
+    endpoint = args.metrics_endpoint.strip() if args.metrics_endpoint is not None else None
+    if endpoint is not None and endpoint.lower() in (*_OFF, ""):
+        return None
+    if endpoint is None:
+        if os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "none":  # the SDK's own switch
+            return None
+        if not os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
+            endpoint = args.exporter_endpoint
+    protocol = args.metrics_protocol
+    if protocol is None and not os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"):
+        protocol = args.exporter_protocol
+    return otlp_metrics_outlet(endpoint, protocol)
+
+
+# The flag to change when a port is taken, by transport.
+_PORT_FLAGS = {"OTLP gRPC": "--grpc-port", "OTLP HTTP": "--http-port", "health checks": "--health-port"}
+
+
+def _problem(exc: Exception) -> str:
+    """One line for a setting or port the gateway cannot start with; a taken port says which flag moves it."""
+    from ragtrace.gateway.receivers import CannotListen
+
+    if isinstance(exc, CannotListen):
+        line = str(exc.strerror)
+        if exc.taken:
+            flag = _PORT_FLAGS.get(exc.what, "--grpc-port / --http-port")
+            line += (f" (another collector, or Phoenix, listens there?): choose a free one with {flag} PORT, "
+                     f"or {flag} -1 to turn that listener off")
+        return line
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
     from ragtrace.gateway import Gateway
-    from ragtrace.live.otlp import otlp_meter_provider
 
     _configure_logging(str(args.log_level).upper())
-    meter_provider = None
+    meter_provider: MeterProvider | None = None
+    outlet: MetricsOutlet | None = None
     spool = None
     try:
         settings = settings_of(args)
         limits, security = limits_of(args), security_of(args)
-        meter_provider = otlp_meter_provider(args.exporter_endpoint, args.exporter_protocol)
+        if (outlet := metrics_outlet_of(args)) is not None:
+            from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+            meter_provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(outlet)])
         spool = spool_of(args)
         gateway = Gateway(
             settings, host=args.host, grpc_port=_port(args.grpc_port), http_port=_port(args.http_port),
@@ -191,8 +247,9 @@ def run(args: argparse.Namespace) -> int:
             limits=limits, security=security, spool=spool,
         )
     except (ValueError, OSError, RuntimeError) as exc:
-        print(f"ragtrace serve: {exc}", file=sys.stderr)
-        if meter_provider is not None:
+        print(f"ragtrace serve: {_problem(exc)}", file=sys.stderr)
+        if outlet is not None and meter_provider is not None:
+            outlet.off = True  # it never served: a last export would only add noise
             meter_provider.shutdown(timeout_millis=1000)
         if spool is not None:
             spool.close()
@@ -212,18 +269,25 @@ def _configure_logging(level: str) -> None:
 def _log_counts(gateway: Gateway, last: dict[str, Any]) -> dict[str, Any]:
     """One INFO line with what the gateway did, when anything changed since `last`."""
     health = gateway.health()
-    counts = {key: health[key] for key in ("received_spans", "rejected_spans", "forwarded_spans", "decisions")}
+    keys = ("received_spans", "rejected_spans", "forwarded_spans", "failed_spans", "decisions", "spool")
+    counts = {key: health.get(key) for key in keys}
     if counts != last:
+        spool = health.get("spool")
         logger.info(
-            "ragtrace gateway: received %d spans (%d rejected), forwarded %d, held %d; decisions %s",
-            counts["received_spans"], counts["rejected_spans"], counts["forwarded_spans"], health["held_spans"],
-            counts["decisions"] or "{}",
+            "ragtrace gateway: received %d spans (%d rejected), forwarded %d (%d failed), held %d; decisions %s%s",
+            health["received_spans"], health["rejected_spans"], health["forwarded_spans"], health["failed_spans"],
+            health["held_spans"], health["decisions"] or "{}",
+            "" if spool is None else (
+                f"; spool: {spool['spans']} spans stored ({spool['bytes']} of {spool['max_bytes']} bytes), "
+                f"{spool['duplicate_spans']} duplicates received, {spool['replayed_maybe_delivered_spans']} "
+                f"replayed spans possibly delivered before, {spool['refused_spans']} refused when full"
+            ),
         )
     return counts
 
 
 def _serve_until_signalled(
-    gateway: Gateway, settings: RagtraceSettings, meter_provider: MeterProvider, stats_interval: float
+    gateway: Gateway, settings: RagtraceSettings, meter_provider: MeterProvider | None, stats_interval: float
 ) -> None:
     # A signal handler must take no lock: a second signal (`timeout` sends two) re-enters the handler in
     # the main thread, and a handler blocked on a lock the interrupted code holds never returns. So the
@@ -232,7 +296,8 @@ def _serve_until_signalled(
     wake_read, wake_write = os.pipe()
     for fd in (wake_read, wake_write):
         os.set_blocking(fd, False)
-    previous = {sig: signal.signal(sig, _ignore_here) for sig in (signal.SIGTERM, signal.SIGINT)}
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _ignore_here)
     previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     try:
         gateway.start()
@@ -251,10 +316,14 @@ def _serve_until_signalled(
         print("ragtrace serve: stopping, flushing held spans", flush=True)
     finally:
         gateway.shutdown()  # signals arriving meanwhile only write to the pipe
-        meter_provider.shutdown()  # the last metric export, after the processor's final counts
+        if meter_provider is not None:
+            meter_provider.shutdown()  # the last metric export, after the processor's final counts
         signal.set_wakeup_fd(previous_wakeup)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        # Stopped: further stop signals are ignored, not handed back to their default action, which would
+        # kill the process (exit -15 / -2) after a clean stop. SIG_IGN also outlives the interpreter's
+        # finalization, which resets Python-level handlers to the default.
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
         os.close(wake_read)
         os.close(wake_write)
 

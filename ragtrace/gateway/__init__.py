@@ -1,7 +1,8 @@
 """The scoring gateway (`ragtrace serve`): OTLP in -> the live scoring pipeline -> OTLP out.
 
 receivers.py decodes OTLP/gRPC and OTLP/HTTP, settling.py holds trace roots so late children join their
-trace, next_hop.py builds the exporting processor, server.py composes them around the scoring processor.
+trace, next_hop.py builds the exporting processor and reports what the next hop accepted, spool.py keeps
+acknowledged spans on disk until then (`--spool-dir`), server.py composes them around the scoring processor.
 """
 
 from ragtrace.gateway.next_hop import otlp_exporting

@@ -19,8 +19,9 @@ from ragtrace.live.otlp import otlp_span_exporter, otlp_target
 
 logger = logging.getLogger("ragtrace.gateway.next_hop")
 
-# Told, after each export, which spans the next hop accepted (True) or did not (False).
-ExportListener = Callable[[Sequence[ReadableSpan], bool], None]
+# Told, after each export, which spans the next hop accepted (True) or did not (False); and, before it,
+# which spans are about to go (None).
+ExportListener = Callable[[Sequence[ReadableSpan], bool | None], None]
 
 _WILDCARDS = ("", "0.0.0.0", "::")
 
@@ -54,16 +55,20 @@ class ObservedExporter(SpanExporter):
         self._listener = listener
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self._tell(spans, None)
         try:
             result = self.exporter.export(spans)
         except Exception:
             logger.exception("ragtrace gateway: the next hop's exporter failed")
             result = SpanExportResult.FAILURE
+        self._tell(spans, result is SpanExportResult.SUCCESS)
+        return result
+
+    def _tell(self, spans: Sequence[ReadableSpan], outcome: bool | None) -> None:
         try:
-            self._listener(spans, result is SpanExportResult.SUCCESS)
+            self._listener(spans, outcome)
         except Exception:
             logger.exception("ragtrace gateway: recording an export's outcome failed")
-        return result
 
     def shutdown(self) -> None:
         self.exporter.shutdown()
@@ -94,7 +99,11 @@ class NextHop(SpanProcessor):
         """Also tell `listener` each export's outcome (the spool deletes what was forwarded)."""
         self._listeners.append(listener)
 
-    def _exported(self, spans: Sequence[ReadableSpan], ok: bool) -> None:
+    def _exported(self, spans: Sequence[ReadableSpan], ok: bool | None) -> None:
+        if ok is None:  # about to be sent
+            for listener in self._listeners:
+                listener(spans, None)
+            return
         with self._lock:
             if ok:
                 self.forwarded += len(spans)

@@ -116,21 +116,33 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _cannot_bind(what: str, host: str, port: int, cause: OSError) -> OSError:
-    """The error a taken or unbindable port becomes: it names the transport, the address and the port."""
-    reason = f"port {port} is already in use" if cause.errno == errno.EADDRINUSE else cause.strerror or str(cause)
-    return OSError(cause.errno, f"cannot listen for {what} on {url_host(host)}:{port}: {reason}")
+class CannotListen(OSError):
+    """A port the gateway cannot bind; `what` names the transport ("OTLP gRPC", "OTLP HTTP", "health checks")."""
+
+    def __init__(self, what: str, host: str, port: int, cause: OSError) -> None:
+        taken = cause.errno == errno.EADDRINUSE
+        reason = f"port {port} is already in use" if taken else cause.strerror or str(cause)
+        super().__init__(cause.errno, f"cannot listen for {what} on {url_host(host)}:{port}: {reason}")
+        self.what = what
+        self.port = port
+        self.taken = taken
 
 
-def _bind_error(host: str, port: int) -> OSError:
-    """Why `host:port` cannot be bound, found by binding it (gRPC reports only that it failed)."""
+def _cannot_bind(what: str, host: str, port: int, cause: OSError) -> CannotListen:
+    return CannotListen(what, host, port, cause)
+
+
+def _bind_error(host: str, port: int) -> OSError | None:
+    """Why `host:port` cannot be bound, found by binding it as a server would (SO_REUSEADDR: a port whose
+    last connections are in TIME_WAIT is free); None when it can be."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
-        except OSError as exc:
-            return exc
-    return OSError(errno.EADDRNOTAVAIL, "gRPC could not bind it")
+    except OSError as exc:
+        return exc
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ gRPC
@@ -186,6 +198,9 @@ class GrpcReceiver:
         )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(sink), self._server)  # type: ignore[no-untyped-call]
         address = f"{url_host(host)}:{port}"
+        # A taken port is found before gRPC tries it: gRPC would print its own raw error line to stderr.
+        if port and (taken := _bind_error(host, port)) is not None:
+            raise _cannot_bind("OTLP gRPC", host, port, taken)
         credentials = security.grpc_credentials()
         try:
             if credentials is None:
@@ -195,7 +210,8 @@ class GrpcReceiver:
         except RuntimeError:  # grpcio >= 1.50 raises; older versions return 0
             self.port = 0
         if not self.port:
-            raise _cannot_bind("OTLP gRPC", host, port, _bind_error(host, port))
+            cause = _bind_error(host, port) or OSError(errno.EADDRNOTAVAIL, "gRPC could not bind it")
+            raise _cannot_bind("OTLP gRPC", host, port, cause)
 
     def start(self) -> None:
         self._server.start()
@@ -582,6 +598,7 @@ class HttpReceiver:
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "BadRequest",
+    "CannotListen",
     "GrpcReceiver",
     "HttpReceiver",
     "ReceiverLimits",

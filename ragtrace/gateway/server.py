@@ -5,7 +5,7 @@ The app needs no ragtrace: its collector sends traces here, each span of each re
 the root settling (settling.py), enters the same processor the in-process mode runs, and leaves through
 the SDK's own `BatchSpanProcessor(OTLPSpanExporter())` to the next hop (next_hop.py), configured by the
 usual `OTEL_EXPORTER_OTLP_*` variables. Like a collector, the gateway keeps nothing but bounded in-flight
-state.
+state; with a `Spool`, that state is also on disk until the next hop accepted it (spool.py).
 """
 
 from __future__ import annotations
@@ -108,6 +108,7 @@ class Gateway:
         self._resend: deque[tuple[float, Sequence[ReadableSpan]]] = deque()
         self._replayed = 0
         self._replayed_late = 0
+        self._maybe_delivered = 0
         self._pump_stop = threading.Event()
         self._pump: threading.Thread | None = None
         self.processor = RagScoringSpanProcessor(self._exporting, judge=resolved, **kwargs)
@@ -274,15 +275,19 @@ class Gateway:
 
     # --- the spool ---------------------------------------------------------------------------------------
 
-    def _exported(self, spans: Sequence[ReadableSpan], ok: bool) -> None:
-        """The next hop's answer for a batch: forwarded spans leave the spool; a batch its exporter gave up
-        on is handed to it again after `RESEND_DELAY` (the spans are still stored, so a crash meanwhile
-        loses nothing either)."""
+    def _exported(self, spans: Sequence[ReadableSpan], ok: bool | None) -> None:
+        """A batch going out is marked in the spool; the next hop's answer for it: forwarded spans leave the
+        spool; a batch its exporter gave up on is handed to it again after `RESEND_DELAY` (the spans are
+        still stored, so a crash meanwhile loses nothing either)."""
         assert self._spool is not None
-        if ok:
+        if ok is None:
+            self._spool.sending(_key(span) for span in spans)
+        elif ok:
             self._spool.forwarded(_key(span) for span in spans)
-        elif not self._closing:
-            self._resend.append((time.monotonic() + RESEND_DELAY, spans))
+        else:
+            self._spool.sending((_key(span) for span in spans), False)
+            if not self._closing:
+                self._resend.append((time.monotonic() + RESEND_DELAY, spans))
 
     def _run_spool(self) -> None:
         try:
@@ -323,12 +328,14 @@ class Gateway:
                 self._unreserve(len(spans))
             with self._lock:
                 self._replayed += len(spans)
+                self._maybe_delivered += len(stored.sending)
                 if late:
                     self._replayed_late += len(spans)
         if self._replayed:
             logger.info(
                 "ragtrace gateway: replayed %d spans from the spool (%d past the score deadline, forwarded "
-                "with status timeout / gateway_restarted)", self._replayed, self._replayed_late,
+                "with status timeout / gateway_restarted; %d were being exported when the gateway stopped, "
+                "so the next hop may get them twice)", self._replayed, self._replayed_late, self._maybe_delivered,
             )
 
     def _forward_late(self, spans: list[ReadableSpan]) -> None:
@@ -362,7 +369,7 @@ class Gateway:
         """What `GET /healthz` answers: liveness plus the in-flight state an operator sizes by."""
         with self._lock:
             received, rejected, refused, requests = self._received, self._rejected, self._refused, self._requests
-            replayed, replayed_late = self._replayed, self._replayed_late
+            replayed, replayed_late, maybe_delivered = self._replayed, self._replayed_late, self._maybe_delivered
         next_hop = self._exporting.counts()
         health: dict[str, Any] = {
             "status": "shutting_down" if self._closing else "ok",
@@ -384,6 +391,9 @@ class Gateway:
                 **self._spool.stats(),
                 "replayed_spans": replayed,
                 "replayed_late_spans": replayed_late,
+                # Replayed spans whose export batch was out when the gateway stopped: duplicates if the
+                # next hop had taken it (at least once), counted here since the gateway cannot know.
+                "replayed_maybe_delivered_spans": maybe_delivered,
                 "resending_spans": sum(len(spans) for _, spans in list(self._resend)),
             }
         return health

@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ragtrace.cli import build_parser
-from ragtrace.cli.serve import settings_of
+from ragtrace.cli.serve import settings_of, spool_of
 from tests.gateway.test_gateway import app_provider, health
 from tests.gateway.test_security import self_signed
 from tests.live.fakes import plain_trace, rag_trace
@@ -37,6 +37,20 @@ def test_flags_win_over_ragtrace_variables(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("RAGTRACE_MAX_QUEUE", "77")
     settings = settings_of(serve_args("--sample-rate", "0.5"))
     assert settings.sample_rate == 0.5 and settings.max_queue == 77
+
+
+def test_the_spool_is_set_by_flag_or_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    assert spool_of(serve_args()) is None
+    monkeypatch.setenv("RAGTRACE_GATEWAY_SPOOL_DIR", str(tmp_path / "from-env"))
+    monkeypatch.setenv("RAGTRACE_GATEWAY_SPOOL_MAX_MIB", "2")
+    spool = spool_of(serve_args())
+    assert spool is not None and spool.path.parent == tmp_path / "from-env" and spool.max_bytes == 2 << 20
+    spool.close()
+    spool = spool_of(serve_args("--spool-dir", str(tmp_path / "flag"), "--spool-max-mib", "0.5"))
+    assert spool is not None and spool.path.parent == tmp_path / "flag" and spool.max_bytes == 1 << 19
+    spool.close()
+    with pytest.raises(ValueError, match="--spool-max-mib"):
+        spool_of(serve_args("--spool-max-mib", "0"))
 
 
 def test_a_bad_flag_value_is_checked_like_the_variable() -> None:
@@ -126,6 +140,9 @@ def test_serve_refuses_a_grpc_port_another_grpc_server_holds(otlp_receiver: Otlp
     )
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"port {port} is already in use" in result.stderr and "gRPC" in result.stderr
+    # One line that says which flag to change; no errno, no raw gRPC line.
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "--grpc-port" in result.stderr and "[Errno" not in result.stderr
 
 
 def test_serve_refuses_a_taken_http_port(otlp_receiver: OtlpReceiver) -> None:
@@ -139,6 +156,8 @@ def test_serve_refuses_a_taken_http_port(otlp_receiver: OtlpReceiver) -> None:
         )
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"port {port} is already in use" in result.stderr and "HTTP" in result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert "--http-port" in result.stderr and "[Errno" not in result.stderr
 
 
 @contextlib.contextmanager
@@ -210,3 +229,48 @@ def test_serve_with_tls_and_a_token_from_the_environment(otlp_receiver: OtlpRece
         err = stopped(process)
     assert "TLS, authorization header required" in err
     assert "tok-from-env" not in err, "the token is never logged"
+
+
+# ------------------------------------------------------------------ signals in bursts
+
+
+@pytest.mark.parametrize("round_", range(3))
+def test_serve_exits_on_signal_bursts(otlp_receiver: OtlpReceiver, round_: int) -> None:
+    """`timeout` sends SIGTERM then more; a supervisor may send many. A handler that took a lock (Event.set)
+    hung the process for good once in 22 tries, re-entered by the next signal while it held the lock. Each
+    round sends SIGTERM and SIGINT back to back for 1.5 s (thousands, at start and on through the shutdown),
+    and the process must exit 0 within the bound."""
+    command = serve_command(
+        "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
+        "--trace-settle", "0", "--score-deadline", "5", "--log-level", "WARNING",
+    )
+    with serving(command, dict(os.environ)) as (process, _):
+        time.sleep(0.1 * round_)  # the burst starts at another moment of the main loop
+        sent = 0
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM if sent % 2 == 0 else signal.SIGINT)
+            sent += 1
+        try:
+            _, err = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"ragtrace serve did not exit within 20 s of a burst of {sent} signals")
+    assert process.returncode == 0, err
+
+
+def test_serve_logs_the_spool_with_the_counts(otlp_receiver: OtlpReceiver, tmp_path: Path) -> None:
+    command = serve_command(
+        "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
+        "--trace-settle", "0", "--stats-interval", "0.2", "--log-level", "INFO", "--spool-dir", str(tmp_path),
+    )
+    with serving(command, {**os.environ, "OTEL_METRICS_EXPORTER": "none"}) as (process, ports):
+        provider = app_provider(GrpcSpanExporter(endpoint=f"http://127.0.0.1:{ports['grpc']}", insecure=True))
+        ids = plain_trace(provider.get_tracer("app"), 3)
+        assert provider.force_flush(5000)
+        provider.shutdown()
+        otlp_receiver.wait_for_spans(len(ids), timeout=10)
+        time.sleep(1.0)
+        err = stopped(process)
+    assert f"forwarded {len(ids)} (0 failed)" in err, err
+    assert "; spool: 0 spans stored" in err and "0 duplicates received" in err, err

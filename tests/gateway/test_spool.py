@@ -24,10 +24,11 @@ from typing import Any
 import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from ragtrace.gateway import Gateway, request_of
 from ragtrace.gateway.spool import SPAN_ROW_BYTES, Spool, span_key
@@ -36,15 +37,15 @@ from ragtrace.live.settings import RagtraceSettings
 from tests.cli.test_serve import free_port
 from tests.gateway.test_gateway import health, recorded_trace
 from tests.live.fakes import ScriptedJudge, rag_trace
-from tests.servers.otlp import OtlpReceiver, ReceivedSpan
+from tests.servers.otlp import OtlpReceiver
 
 # ------------------------------------------------------------------ the crash test
 
 
-def _start_serve(grpc_port: int, health_port: int, next_hop: str, spool_dir: Path | None) -> subprocess.Popen[str]:
+def _start_serve(grpc_port: int, http_port: int, next_hop: str, spool_dir: Path | None) -> subprocess.Popen[str]:
     command = [
         sys.executable, "-m", "ragtrace", "serve", "--judge", "local", "--sample-rate", "1.0",
-        "--grpc-port", str(grpc_port), "--http-port", "-1", "--health-port", str(health_port),
+        "--grpc-port", str(grpc_port), "--http-port", str(http_port),
         "--exporter-endpoint", next_hop, "--trace-settle", "0.5", "--score-deadline", "15", "--log-level", "WARNING",
     ]
     if spool_dir is not None:
@@ -67,23 +68,32 @@ def _stop_serve(process: subprocess.Popen[str]) -> dict[str, Any]:
     return final
 
 
-def crash_run(receiver: OtlpReceiver, spool_dir: Path | None, traces: int = 240, seconds: float = 12.0) -> dict[str, Any]:
-    """Send `traces` RAG traces over `seconds`; SIGKILL the gateway 40 % in, restart it 1 s later on the same
-    port (and spool); once the app's exporter has delivered everything, stop the gateway with SIGTERM.
-    Returns what arrived at the next hop, per trace."""
-    grpc_port, health_port = free_port(), free_port()
-    gateway = _start_serve(grpc_port, health_port, receiver.grpc_endpoint, spool_dir)
-    # The app: the SDK's batch processor and gRPC exporter, which retries (up to 60 s) while the gateway is down.
-    provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
-    exporter = GrpcSpanExporter(endpoint=f"http://127.0.0.1:{grpc_port}", insecure=True, timeout=60)
-    provider.add_span_processor(
-        BatchSpanProcessor(exporter, max_queue_size=100_000, schedule_delay_millis=100, max_export_batch_size=64)
-    )
-    tracer = provider.get_tracer("rag-app")
+def crash_run(
+    receiver: OtlpReceiver, spool_dir: Path | None, traces: int = 240, seconds: float = 12.0
+) -> dict[str, Any]:
+    """Send `traces` RAG traces over `seconds`, every other one over OTLP/HTTP, the others over gRPC; SIGKILL
+    the gateway 40 % in, restart it 1 s later on the same ports (and spool); once the app's exporters have
+    delivered everything, stop the gateway with SIGTERM. Returns what arrived at the next hop, per trace."""
+    grpc_port, http_port = free_port(), free_port()
+    gateway = _start_serve(grpc_port, http_port, receiver.grpc_endpoint, spool_dir)
+    # The app: the SDK's batch processor and OTLP exporters, which retry (up to 60 s) while the gateway is down.
+    exporters: list[SpanExporter] = [
+        GrpcSpanExporter(endpoint=f"http://127.0.0.1:{grpc_port}", insecure=True, timeout=60),
+        HttpSpanExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/traces", timeout=60),
+    ]
+    providers = []
+    for exporter in exporters:
+        provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
+        provider.add_span_processor(
+            BatchSpanProcessor(exporter, max_queue_size=100_000, schedule_delay_millis=100, max_export_batch_size=64)
+        )
+        providers.append(provider)
+    tracers = [provider.get_tracer("rag-app") for provider in providers]
     sent: list[list[int]] = []
 
     def app() -> None:
         for number in range(traces):
+            tracer = tracers[number % 2]
             sent.append(rag_trace(tracer, query=f"what is good? ({number})", docs=("good doc", "noise"), plain=1))
             time.sleep(seconds / traces)
 
@@ -95,10 +105,11 @@ def crash_run(receiver: OtlpReceiver, spool_dir: Path | None, traces: int = 240,
         gateway.wait()
         killed_after = len(sent)
         time.sleep(1.0)
-        gateway = _start_serve(grpc_port, health_port, receiver.grpc_endpoint, spool_dir)
+        gateway = _start_serve(grpc_port, http_port, receiver.grpc_endpoint, spool_dir)
         sender.join()
-        assert provider.force_flush(120_000), "the app's exporter did not deliver to the restarted gateway"
-        provider.shutdown()
+        for provider in providers:
+            assert provider.force_flush(120_000), "the app's exporter did not deliver to the restarted gateway"
+            provider.shutdown()
         final = _stop_serve(gateway)
     finally:
         if gateway.poll() is None:
@@ -137,15 +148,17 @@ def test_a_killed_gateway_loses_acknowledged_spans_without_a_spool_and_none_with
     spool = with_spool["gateway_after_restart"]["spool"]
     assert spool["found_at_start"] > 0 and spool["replayed_spans"] == spool["found_at_start"], figures
     assert spool["spans"] == 0 and spool["requests"] == 0, "everything forwarded, nothing left in the spool"
-    # At-least-once: duplicates rare (a span the next hop took just before the kill, whose row was not deleted yet).
-    assert with_spool["duplicate_spans_at_next_hop"] <= with_spool["spans"] // 20, figures
+    # At least once: a duplicate is a span of the export batch that was out at the kill (the next hop took it,
+    # its rows were not deleted yet). The gateway cannot know, so it counts every replayed span of that batch.
+    counted = spool["replayed_maybe_delivered_spans"] + spool["duplicate_spans"]
+    assert with_spool["duplicate_spans_at_next_hop"] <= counted, figures
 
 
 # ------------------------------------------------------------------ in-process: replay, full, duplicates
 
 
 SETTINGS = RagtraceSettings(sample_rate=1.0, score_deadline=5.0)
-FAST = {"sampler": Sampler(rate=1.0), "tick_interval": 0.01}
+FAST: dict[str, Any] = {"sampler": Sampler(rate=1.0), "tick_interval": 0.01}
 
 
 def spool_gateway(spool: Spool, next_hop: str, **options: Any) -> Gateway:
@@ -157,9 +170,8 @@ def spool_gateway(spool: Spool, next_hop: str, **options: Any) -> Gateway:
     ).start()
 
 
-def retrieval_of(spans: list[ReceivedSpan], ids: set[int]) -> ReceivedSpan:
-    (found,) = [s for s in spans if s.span_id in ids and s.name == "retrieve"]
-    return found
+def keys_of(trace: list[ReadableSpan]) -> list[bytes]:
+    return [span_key(span.context.trace_id, span.context.span_id) for span in trace if span.context is not None]
 
 
 def test_replay_scores_what_is_within_the_deadline_and_says_why_for_the_rest(
@@ -169,8 +181,7 @@ def test_replay_scores_what_is_within_the_deadline_and_says_why_for_the_rest(
     old, recent = recorded_trace(2)
     spool = Spool(tmp_path, 1 << 20)
     for trace, received in ((old, time.time() - 100), (recent, time.time())):
-        spool.add(request_of(trace).SerializeToString(), [span_key(s.context.trace_id, s.context.span_id) for s in trace],
-                  received=received)
+        spool.add(request_of(trace).SerializeToString(), keys_of(trace), received=received)
     spool.close()
 
     gateway = spool_gateway(Spool(tmp_path, 1 << 20), otlp_receiver.grpc_endpoint)
@@ -256,7 +267,7 @@ def test_a_span_sent_again_while_still_spooled_is_counted_as_a_duplicate_and_for
     """A client that resends a request the gateway stored (its answer was lost): counted, forwarded once."""
     (trace,) = recorded_trace(1)
     spool = Spool(tmp_path, 1 << 20)
-    spool.add(request_of(trace).SerializeToString(), [span_key(s.context.trace_id, s.context.span_id) for s in trace])
+    spool.add(request_of(trace).SerializeToString(), keys_of(trace))
     spool.close()
     gateway = spool_gateway(Spool(tmp_path, 1 << 20), otlp_receiver.grpc_endpoint)
     try:
@@ -300,3 +311,33 @@ def test_health_counts_forwarded_only_when_the_next_hop_took_the_spans(tmp_path:
 def test_a_spool_needs_a_positive_bound(tmp_path: Path, size: int) -> None:
     with pytest.raises(ValueError, match="at least 1 byte"):
         Spool(tmp_path, size)
+
+
+def test_spans_whose_export_was_out_when_the_gateway_died_are_counted_as_possible_duplicates(
+    otlp_receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    """A gateway killed while an export batch was out cannot know whether the next hop took it: its replay
+    forwards those spans again and counts them; the spans that were not out are not counted."""
+    out, waiting = recorded_trace(2)
+    spool = Spool(tmp_path, 1 << 20)
+    for trace in (out, waiting):
+        spool.add(request_of(trace).SerializeToString(), keys_of(trace))
+    spool.sending(keys_of(out))
+    spool.close()
+    gateway = spool_gateway(Spool(tmp_path, 1 << 20), otlp_receiver.grpc_endpoint)
+    try:
+        otlp_receiver.wait_for_spans(len(out) + len(waiting), timeout=15)
+        state = gateway.health()["spool"]
+        assert state["replayed_spans"] == len(out) + len(waiting)
+        assert state["replayed_maybe_delivered_spans"] == len(out), state
+    finally:
+        gateway.shutdown()
+
+
+def test_one_gateway_at_a_time_uses_a_spool(tmp_path: Path) -> None:
+    """Two gateways replaying one spool would both forward everything in it."""
+    first = Spool(tmp_path, 1 << 20)
+    with pytest.raises(ValueError, match="another gateway uses this spool"):
+        Spool(tmp_path, 1 << 20)
+    first.close()
+    Spool(tmp_path, 1 << 20).close()  # free again once the first one closed (or died)
