@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.servers.collector import Binaries
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse the collector files")
 
@@ -55,9 +59,9 @@ def test_collector_pipelines_reference_defined_components() -> None:
                 assert component in defined[kind] | defined["connectors"], f"{name}: {component} undefined"
     policies = config["processors"]["tail_sampling"]["policies"]
     conditions = [c for p in policies if p["type"] == "ottl_condition" for c in p["ottl_condition"]["span"]]
-    assert 'attributes["ragtrace.context_precision.label"] == "fail"' in conditions
-    assert config["exporters"]["loadbalancing"]["routing_key"] == "traceID"
-    assert config["exporters"]["loadbalancing"]["resolver"]["dns"]["port"] == 4317
+    assert 'span.attributes["ragtrace.context_precision.label"] == "fail"' in conditions
+    assert config["exporters"]["load_balancing"]["routing_key"] == "traceID"
+    assert config["exporters"]["load_balancing"]["resolver"]["dns"]["port"] == "4317"
 
 
 def test_compose_brings_up_the_whole_stack() -> None:
@@ -101,7 +105,7 @@ def _code_names() -> set[str]:
 
 def _collector_defined() -> set[str]:
     config = yaml.safe_load((COLLECTOR / "otelcol.yaml").read_text())
-    return {m["name"] for signal in config["connectors"]["signaltometrics"].values() for m in signal}
+    return {m["name"] for signal in config["connectors"]["signal_to_metrics"].values() for m in signal}
 
 
 def _is_python_path(name: str) -> bool:
@@ -130,3 +134,36 @@ def test_every_name_used_in_collector_exists() -> None:
             if name not in exposed:
                 unknown.setdefault(path.name, set()).add(name)
     assert not unknown, f"names not in the spec nor registered by ragtrace: {unknown}"
+
+
+# --- the built Collector and Jaeger (collector/build.sh) -----------------------------------------------
+
+# Built although no shipped config names them: the debug exporter to look at a pipeline while setting it
+# up, otlphttp for backends that take OTLP over HTTP only (Arize Phoenix, see README.md).
+OPERATOR_EXTRAS = {("exporters", "debug"), ("exporters", "otlp_http")}
+KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
+
+
+def _used_components(config: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(kind, name.split("/", 1)[0]) for kind in KINDS for name in config.get(kind) or {}}
+
+
+def test_the_distribution_has_exactly_the_components_the_shipped_config_uses(collector_binaries: Binaries) -> None:
+    listed = subprocess.run([str(collector_binaries.otelcol), "components"], capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    inventory = yaml.safe_load(listed.stdout)
+    built = {(kind, c["name"]) for kind in KINDS for c in inventory.get(kind) or []}
+    used = _used_components(yaml.safe_load((COLLECTOR / "otelcol.yaml").read_text()))
+    assert used <= built, f"used but not built: {used - built}"
+    assert built - used == OPERATOR_EXTRAS, f"built but unused: {built - used - OPERATOR_EXTRAS}"
+    versions = {c["module"].rsplit(" ", 1)[-1] for kind in KINDS for c in inventory.get(kind) or []}
+    assert versions == {"v0.161.0"}, f"one Collector release for every module: {versions}"
+
+
+@pytest.mark.parametrize(("config", "binary"), [("otelcol.yaml", "otelcol"), ("jaeger.yaml", "jaeger")])
+def test_the_built_binaries_validate_every_shipped_config(
+    collector_binaries: Binaries, config: str, binary: str
+) -> None:
+    command = [str(getattr(collector_binaries, binary)), "validate", f"--config={COLLECTOR / config}"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
