@@ -71,19 +71,6 @@ def _why_no_sample(report: TraceReport) -> str:
     )
 
 
-_QUERY_SOURCES = {
-    "retrieval": "the retrieval's own",
-    "retrieval (standalone form of a follow-up)": "the retrieval's own: a follow-up made standalone",
-    "generation": "the user's message to the paired generation",
-    "agent": "the agent run's input",
-    "root": "the trace root's input",
-}
-
-
-def _query_source_in_words(source: str) -> str:
-    return _QUERY_SOURCES.get(source, source)
-
-
 def _span_line(span: SpanVerdict, depth: int) -> str:
     kind = f"{span.role} ({span.convention})" if span.role else "-"
     return f"{'  ' * depth}- {span.name!r} [{span.span_id:016x}] {kind}: {span.verdict}"
@@ -128,9 +115,9 @@ def render(reports: Sequence[TraceReport], *, max_chars: int = 200) -> str:
             meta = sample.metadata
             if meta.get("taken_because"):
                 out.append(f"    taken as a retrieval: {meta['taken_because']}")
-            out.append(f"    query ({_query_source_in_words(meta.get('query_source', '?'))}): {short(sample.query)}")
+            out.append(f"    query ({meta.get('query_source', '?')}): {short(sample.query)}")
             if meta.get("retrieval_query"):
-                out.append(f"    retrieval's own query (kept as ragtrace.retrieval.query): "
+                out.append(f"    retrieval's own query (not judged; written as ragtrace.retrieval.query): "
                            f"{short(meta['retrieval_query'])}")
             if meta.get(FROM_EVENTS):
                 out.append("    content read from span events (not only attributes)")

@@ -250,12 +250,12 @@ class _Trace:
         return found
 
     def agent_of(self, node: _Node) -> _Node | None:
-        """The nearest agent run above a span (GenAI invoke_agent, OpenInference AGENT), else the root."""
+        """The nearest agent run above a span (GenAI invoke_agent, OpenInference AGENT, OpenLLMetry agent)."""
         for up in self.ancestors(node):
             above = self.by_id.get(up)
             if above is not None and readers.is_agent(above.span):
                 return above
-        return self.root
+        return None
 
     def user_question(
         self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
@@ -575,6 +575,9 @@ def _builtin(
                 found.append(captured)
             elif trace.verdicts is not None:
                 trace.note(node, "no sample (" + ", ".join(sorted(notes)) + ")")
+        if len(found) > 1 and trace.root is not None:  # a loop with no agent span: the root rolls them up
+            found = [c if c.agent_span_id is not None else dataclasses.replace(c, agent_span_id=trace.root.span_id)
+                     for c in found]
         samples.extend(found)
         if reports is not None:
             stats.counts.update(mine.counts)
