@@ -120,6 +120,7 @@ class _Trace:
         self.limits = limits
         self.rules = rules
         self._session: tuple[str | None] | None = None
+        self._run_inputs: dict[int, str | bool | None] = {}
         everything = [n for n in nodes if n.role == "generation"]
         generation_ids = {n.span_id for n in everything}
         # A generation with another generation below it wraps that model call: the inner one pairs.
@@ -264,11 +265,12 @@ class _Trace:
         paired generation's last user message (when its input shows it consumed the retrieval: paired by
         time, it may be another step's), the agent's input, the root's input. A text that quotes the
         retrieved documents, or holds the retrieval's query within more, is a prompt built from them, not
-        the question, and is passed over. Without a query of the retrieval's own to weigh them against, the
-        same sources are taken as they are (the generation's message even when paired by time)."""
+        the question, and is passed over. A generation's message that holds the agent's or root's input
+        within more (smolagents' "New task:\n<question>") wraps it: the input is the question. Without a query
+        of the retrieval's own to weigh them against, the sources are taken as they are (the generation's
+        message even when paired by time)."""
         probes = [p for p in (_probe(d.content) for d in reading.documents) if len(p) >= MIN_EVIDENCE_CHARS]
         own = _normalised(reading.query or "")
-
         strict = reading.query is not None
 
         def is_question(text: str) -> bool:
@@ -279,27 +281,37 @@ class _Trace:
                 return False
             return not (own and own in flat and own != flat)
 
-        limits = self.limits
+        inputs = [(text, where) for text, where in self.run_inputs(node, notes) if is_question(text)]
         if generation is not None and (rule != "time" or not strict):
             try:
-                found = readers.read_user_message(generation.span, generation.shape, limits, notes)
+                found = readers.read_user_message(generation.span, generation.shape, self.limits, notes)
                 if found is not None and is_question(found):
-                    turns = readers.read_user_turns(generation.span, generation.shape, limits, notes)
-                    return found, "generation", turns
+                    flat = _normalised(found)
+                    inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
+                    turns = readers.read_user_turns(generation.span, generation.shape, self.limits, notes)
+                    return (*inner, turns) if inner is not None else (found, "generation", turns)
             except Exception:
                 notes.add("reader_error")
+        return (*inputs[0], 1) if inputs else None
+
+    def run_inputs(self, node: _Node, notes: set[str]) -> list[tuple[str, str]]:
+        """The texts the agent run above a span and the trace's root say they were given, with where."""
+        found: list[tuple[str, str]] = []
         agent = self.agent_of(node)
         for holder, where in ((agent, "agent"), (self.root, "root")):
-            if holder is None or (where == "root" and agent is self.root):
+            if holder is None or (where == "agent" and holder is self.root):
                 continue
-            try:
-                found = readers.read_input(holder.span, limits, notes)
-            except Exception:
-                notes.add("reader_error")
-                continue
-            if found is not None and is_question(found):
-                return found, "root" if holder is self.root else where, 1
-        return None
+            cached = self._run_inputs.get(holder.span_id, False)
+            if cached is False:
+                try:
+                    cached = readers.read_input(holder.span, self.limits, notes)
+                except Exception:
+                    notes.add("reader_error")
+                    cached = None
+                self._run_inputs[holder.span_id] = cached
+            if isinstance(cached, str):
+                found.append((cached, where))
+        return found
 
     def query(
         self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]

@@ -167,9 +167,11 @@ def read_input_texts(span: ReadableSpan, limits: CaptureLimits) -> list[str]:
     for key, value in attrs.items():
         if isinstance(key, str) and (key in _INPUT_KEYS or key.startswith(_INPUT_PREFIXES)):
             text_leaves(value, limits, texts)
-    for event in span.events or ():  # GenAI instrumentations that record content on an event
-        if event.name == genai.DETAILS_EVENT:
-            text_leaves(attrs_of(event).get(genai.INPUT_MESSAGES), limits, texts)
+    if span.events:  # GenAI instrumentations that record content on events
+        for event in span.events:
+            if event.name == genai.DETAILS_EVENT:
+                text_leaves(attrs_of(event).get(genai.INPUT_MESSAGES), limits, texts)
+        text_leaves(genai.event_messages(span, False, limits, set()), limits, texts)
     return texts
 
 

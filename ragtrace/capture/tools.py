@@ -18,6 +18,7 @@ unless named. `is_retrieval` is the constant-time test the hot path runs; `read`
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +48,14 @@ OPENINFERENCE_NAME = "tool.name"
 SNIFF_CHARS = openllmetry.SNIFF_CHARS
 _TEXT_KEYS = ("content", "text", "page_content", "document")
 _QUOTED_TEXT_KEYS = tuple(f"{key}{quote}" for key in ("content", "text", "document") for quote in "\"'")
-_CONTAINER_KEYS = ("documents", "docs", "results", "result", "output", "outputs", "items", "hits", "chunks",
-                   "nodes", "contexts", "sources", "source_nodes")
+_CONTAINER_KEYS = ("documents", "docs", "results", "result", "output", "outputs", "raw_output", "items", "hits",
+                   "chunks", "nodes", "contexts", "sources", "source_nodes")
+# An object result holding a list under a container key (`{"documents": [{...`, LlamaIndex's ToolOutput
+# `"raw_output": ["...`), looked for within the first CONTAINER_SNIFF_CHARS: such keys may follow a long field.
+_CONTAINER = re.compile("[\"'](?:" + "|".join(_CONTAINER_KEYS) + r""")["']\s*:\s*\[\s*["'{\[]""")
+CONTAINER_SNIFF_CHARS = 65_536
+# A list of model content parts (`[{"type": "text", "text": "42"}]`, what MCP tools return) is a reply.
+_CONTENT_PARTS = re.compile(r"""\[\s*\{\s*["']type["']\s*:\s*["'](?:text|image|image_url|audio|resource)["']""")
 # A tool message wraps the result the model saw (LangChain's ToolMessage, OpenAI tool outputs).
 _MESSAGE_KEYS = ("tool_call_id", "call_id")
 _CONTENT_PART_TYPES = frozenset({"text", "image", "image_url", "audio", "resource", "input_text", "output_text"})
@@ -107,7 +114,9 @@ def _looks_like_documents(result: Any) -> bool:
         if rest[:1] in ("\"", "'"):
             return True
         if rest.startswith("{") and any(key in head for key in _QUOTED_TEXT_KEYS):
-            return True
+            return _CONTENT_PARTS.match(head) is None
+    elif head.startswith("{") and _CONTAINER.search(result, 0, CONTAINER_SNIFF_CHARS):
+        return True
     return "page_content" in head
 
 

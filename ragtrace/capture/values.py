@@ -281,7 +281,7 @@ def first_assistant_text(messages: Iterable[Any]) -> str | None:
 # names a query or question is tried: frameworks pass query objects under their parameter's name
 # (LlamaIndex's `query_bundle` / `str_or_query_bundle` hold a QueryBundle whose text is `query_str`).
 _QUERY_KEYS = (
-    "query", "question", "query_str", "query_text", "input", "q", "text", "prompt", "user_input",
+    "query", "question", "query_str", "query_text", "input", "q", "text", "prompt", "user_input", "task",
     "message", "messages", "inputs", "args", "kwargs",
 )
 _QUERY_WORDS = ("query", "question")
