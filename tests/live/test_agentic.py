@@ -90,7 +90,7 @@ def test_settings_read_the_capture_rules_from_the_environment() -> None:
     rules = settings.processor_options()["capture_rules"]
     assert rules == CaptureRules(retrieval_tools=("search_handbook", "kb_*", "!list_files"), tool_separator="\n",
                                  query_source="retrieval")
-    assert (rules.tool_named("kb_docs"), rules.tool_named("list_files"), rules.tool_named("calc")) == (True, False, None)
+    assert [rules.tool_named(name) for name in ("kb_docs", "list_files", "calc")] == [True, False, None]
     assert RagtraceSettings.from_env({}).capture_rules() == CaptureRules()
     with pytest.raises(ValueError, match="RAGTRACE_QUERY_SOURCE"):
         RagtraceSettings.from_env({"RAGTRACE_QUERY_SOURCE": "both"})
