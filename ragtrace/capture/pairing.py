@@ -585,7 +585,7 @@ def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> 
                 said = "consumed no retrieval of this trace"
             elif node.role == "retrieval":
                 said = "passed over"
-            elif rolled[node.span_id] > 1:
+            elif node.span_id in rolled:
                 said = f"agent run: gets the roll-up of its {rolled[node.span_id]} retrieval(s) (ragtrace.agent.*)"
             else:
                 said = readers.describe_unclassified(node.span, trace.rules) or "not a retrieval or a generation"

@@ -80,8 +80,6 @@ CONVERSATION = "gen_ai.conversation.id"  # on the evaluation events, as the GenA
 RETRIEVAL_QUERY = "ragtrace.retrieval.query"
 QUERY_SOURCE = "ragtrace.query.source"
 AGENT_PREFIX = "ragtrace.agent"
-# A run is rolled up from this many retrievals on (OpenLLMetry marks a plain LangChain chain invoke_agent).
-MIN_ROLLUP_RETRIEVALS = 2
 _MAX_WRITTEN_TEXT = 4_000
 
 
@@ -252,8 +250,6 @@ def writes_for(
         except Exception:
             logger.exception("ragtrace: writing an evaluation failed; its span is forwarded unscored")
     for span_id, rollup in (rollups or {}).items():
-        if rollup.retrievals < MIN_ROLLUP_RETRIEVALS:  # one search: its own scores say it all
-            continue
         try:
             writes.setdefault(span_id, ({}, []))[0].update(rollup.attributes())
         except Exception:
