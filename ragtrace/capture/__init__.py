@@ -2,12 +2,15 @@
 
 from ragtrace.capture.pairing import CaptureStart, capture_start, extract_samples, report_traces
 from ragtrace.capture.readers import span_role
+from ragtrace.capture.rules import DEFAULT_RULES, CaptureRules
 from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor, SpanVerdict, TraceReport
 from ragtrace.capture.values import DEFAULT_LIMITS, CaptureLimits
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "DEFAULT_RULES",
     "CaptureLimits",
+    "CaptureRules",
     "CaptureStart",
     "CaptureStats",
     "CapturedSample",

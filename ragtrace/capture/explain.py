@@ -16,8 +16,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace import _checks as checks
 from ragtrace.capture.pairing import report_traces
+from ragtrace.capture.rules import DEFAULT_RULES, CaptureRules
 from ragtrace.capture.types import SpanVerdict, TraceReport
-from ragtrace.capture.values import DEFAULT_LIMITS, CaptureLimits
+from ragtrace.capture.values import DEFAULT_LIMITS, FROM_EVENTS, CaptureLimits
 
 # Capture counts in words: why a span or a trace gave no sample (or a cut one).
 REASONS: Mapping[str, str] = {
@@ -29,6 +30,8 @@ REASONS: Mapping[str, str] = {
     "wrong_attribute_type": "an attribute has an unexpected type (e.g. a list where text was expected)",
     "attribute_too_large": "an attribute was too large to parse",
     "no_query": "no query: not on the retrieval, not in the paired generation's user message, not on the root",
+    "tool_result_not_documents": "a tool call looked like a retrieval but its result is not a list of documents",
+    "tool_result_not_recorded": "a tool named in retrieval_tools recorded no result (content capture off?)",
     "nested_retrieval": "a nested layer of a retrieval already sampled (scored once, on the kept span)",
     "too_many_documents": "more documents than the limit: the rest were cut",
     "context_truncated": "a retrieved text was longer than the limit and was cut",
@@ -48,9 +51,11 @@ def in_words(reason: str) -> str:
     return REASONS.get(reason, reason.replace("_", " "))
 
 
-def explain(spans: Sequence[ReadableSpan], *, limits: CaptureLimits = DEFAULT_LIMITS) -> list[TraceReport]:
+def explain(
+    spans: Sequence[ReadableSpan], *, limits: CaptureLimits = DEFAULT_LIMITS, rules: CaptureRules = DEFAULT_RULES
+) -> list[TraceReport]:
     """One report per trace of `spans` (any order, any number of traces)."""
-    return report_traces(spans, limits=limits)
+    return report_traces(spans, limits=limits, rules=rules)
 
 
 def _why_no_sample(report: TraceReport) -> str:
@@ -59,7 +64,8 @@ def _why_no_sample(report: TraceReport) -> str:
         found = "no span is a retrieval"
         if roles["generation"]:
             found += f" ({roles['generation']} generation span(s), but nothing retrieved to score)"
-        return found + ": no OpenInference RETRIEVER, GenAI retrieval, OpenLLMetry retriever task or vector-DB query"
+        return found + (": no OpenInference RETRIEVER, GenAI retrieval, OpenLLMetry retriever task, vector-DB query, "
+                        "or tool call whose result is a list of documents (or named in retrieval_tools)")
     return "every retrieval span was passed over: " + "; ".join(
         in_words(reason) for reason in sorted(report.counts) if reason != "nested_retrieval"
     )
@@ -106,7 +112,17 @@ def render(reports: Sequence[TraceReport], *, max_chars: int = 200) -> str:
             sample = captured.sample
             out.append(f"  sample {number}: retrieval {names.get((report.trace_id, captured.retrieval_span_id))!r}"
                        f" ({captured.convention})")
-            out.append(f"    query ({sample.metadata.get('query_source', '?')}): {short(sample.query)}")
+            meta = sample.metadata
+            if meta.get("taken_because"):
+                out.append(f"    taken as a retrieval: {meta['taken_because']}")
+            out.append(f"    query ({meta.get('query_source', '?')}): {short(sample.query)}")
+            if meta.get("retrieval_query"):
+                out.append(f"    retrieval's own query (not judged; written as ragtrace.retrieval.query): "
+                           f"{short(meta['retrieval_query'])}")
+            if meta.get(FROM_EVENTS):
+                out.append("    content read from span events (not only attributes)")
+            if captured.session_id:
+                out.append(f"    session: {short(captured.session_id)}")
             for rank, text in enumerate(sample.context_texts, start=1):
                 out.append(f"    context {rank}: {short(text)}")
             if captured.generation_span_id is None:
@@ -132,10 +148,13 @@ class DecisionLog:
     the processor's capture step, so they are not here: the decision counter counts them.
     """
 
-    def __init__(self, size: int = 20, *, limits: CaptureLimits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self, size: int = 20, *, limits: CaptureLimits = DEFAULT_LIMITS, rules: CaptureRules = DEFAULT_RULES
+    ) -> None:
         self._traces: deque[tuple[ReadableSpan, ...]] = deque(maxlen=checks.count(size, "size"))
         self._lock = threading.Lock()
         self._limits = limits
+        self._rules = rules
 
     def record(self, spans: Sequence[ReadableSpan]) -> None:
         """Keep one closed trace's spans (the oldest kept trace goes when full)."""
@@ -146,7 +165,7 @@ class DecisionLog:
         """The kept traces' reports, oldest first."""
         with self._lock:
             traces = list(self._traces)
-        return [report for spans in traces for report in explain(spans, limits=self._limits)]
+        return [report for spans in traces for report in explain(spans, limits=self._limits, rules=self._rules)]
 
     def render(self) -> str:
         return render(self.explain())

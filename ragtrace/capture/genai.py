@@ -6,6 +6,7 @@ OpenLLMetry and early GenAI instrumentations still write on LLM spans.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace.capture import openllmetry
 from ragtrace.capture.values import (
+    FROM_EVENTS,
+    MAX_CONTENT_EVENTS,
     Attrs,
     CaptureLimits,
     RetrievalReading,
@@ -20,11 +23,14 @@ from ragtrace.capture.values import (
     as_id,
     as_number,
     as_text,
+    attribute_or_event,
     attrs_of,
     content_text,
+    count_user_texts,
     first_assistant_text,
     indexed,
     last_user_text,
+    maybe_json,
     messages_of,
     parse_json,
     plain,
@@ -46,16 +52,69 @@ DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 CONTENT_KEYS = ("content", "text", "page_content", "document")
 
 
-def _attribute(span: ReadableSpan, attrs: Attrs, key: str) -> Any:
-    """The span attribute, else the same attribute on the GenAI details event."""
-    value = attrs.get(key)
-    if value is None:
-        for event in span.events or ():
-            if event.name == DETAILS_EVENT:
-                value = attrs_of(event).get(key)
-                if value is not None:
-                    break
-    return value
+# Older GenAI conventions (and Semantic Kernel, OpenLIT, Azure AI Inference) record content as span events:
+# the whole prompt / completion on one event, or one event per message.
+PROMPT_EVENT, PROMPT_KEY = "gen_ai.content.prompt", "gen_ai.prompt"
+COMPLETION_EVENT, COMPLETION_KEY = "gen_ai.content.completion", "gen_ai.completion"
+MESSAGE_EVENTS = {
+    "gen_ai.system.message": "system", "gen_ai.user.message": "user", "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+CHOICE_EVENT = "gen_ai.choice"
+
+
+def _attribute(span: ReadableSpan, attrs: Attrs, key: str, notes: set[str] | None = None) -> Any:
+    """The span attribute, else the same attribute on one of its events (the GenAI details event)."""
+    return attribute_or_event(span, attrs, key, notes if notes is not None else set())
+
+
+def _event_messages(value: Any, role: str, limits: CaptureLimits) -> list[Any]:
+    """A prompt or completion event's value as messages: JSON messages (or choices), else one text."""
+    parsed = maybe_json(value, limits) if isinstance(value, str) else plain(value)
+    if isinstance(parsed, dict) and isinstance(parsed.get("choices"), list):
+        parsed = [c.get("message") for c in parsed["choices"] if isinstance(c, dict)]
+    if isinstance(parsed, dict) and "message" in parsed:
+        parsed = [parsed["message"]]
+    found = messages_of(parsed)
+    if found:
+        return found
+    return [{"role": role, "content": parsed}] if isinstance(parsed, str) else []
+
+
+def _message_event(name: str, event_attrs: Attrs, limits: CaptureLimits) -> dict[str, Any] | None:
+    """One per-message event (`gen_ai.user.message`, `gen_ai.choice`) as a message dict."""
+    if name == CHOICE_EVENT:
+        message = event_attrs.get("message")
+        parsed = maybe_json(message, limits) if isinstance(message, str) else plain(message)
+        if isinstance(parsed, dict):
+            return {"role": "assistant", **parsed}
+        content = event_attrs.get("message.content", event_attrs.get("content"))
+        return {"role": "assistant", "content": content} if content is not None else None
+    content = event_attrs.get("content", event_attrs.get("gen_ai.event.content"))
+    if isinstance(content, str):
+        parsed = maybe_json(content, limits)
+        if isinstance(parsed, dict) and "content" in parsed:  # a whole event body as JSON
+            content = parsed["content"]
+    role = event_attrs.get("role")
+    return {"role": role if isinstance(role, str) else MESSAGE_EVENTS[name], "content": content}
+
+
+def event_messages(span: ReadableSpan, output: bool, limits: CaptureLimits, notes: set[str]) -> list[Any]:
+    """Messages a span recorded as events, input side or output side; notes that events were read."""
+    messages: list[Any] = []
+    for event in itertools.islice(span.events or (), MAX_CONTENT_EVENTS):
+        name = event.name
+        if output and name == COMPLETION_EVENT:
+            messages.extend(_event_messages(attrs_of(event).get(COMPLETION_KEY), "assistant", limits))
+        elif (output and name == CHOICE_EVENT) or (not output and name in MESSAGE_EVENTS):
+            found = _message_event(name, attrs_of(event), limits)
+            if found is not None:
+                messages.append(found)
+        elif not output and name == PROMPT_EVENT:
+            messages.extend(_event_messages(attrs_of(event).get(PROMPT_KEY), "user", limits))
+    if messages:
+        notes.add(FROM_EVENTS)
+    return messages
 
 
 def documents_from(items: list[Any], limits: CaptureLimits, notes: set[str]) -> list[Document]:
@@ -92,7 +151,7 @@ def documents_from(items: list[Any], limits: CaptureLimits, notes: set[str]) -> 
 
 
 def read_retrieval(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> RetrievalReading:
-    raw = _attribute(span, attrs, DOCUMENTS)
+    raw = _attribute(span, attrs, DOCUMENTS, notes)
     items: list[Any] = []
     if raw is None:
         notes.add("no_documents")
@@ -117,7 +176,7 @@ def read_retrieval(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, note
             notes.add("too_many_documents")
     else:
         raise Skip("wrong_attribute_type")
-    query = _attribute(span, attrs, QUERY)
+    query = _attribute(span, attrs, QUERY, notes)
     if query is None:
         query = attrs.get(QUERY_OLDER)
     if query is not None and not isinstance(query, str):
@@ -132,9 +191,11 @@ def read_retrieval(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, note
 
 
 def _messages(span: ReadableSpan, attrs: Attrs, key: str, limits: CaptureLimits, notes: set[str]) -> list[Any]:
-    raw = _attribute(span, attrs, key)
+    raw = _attribute(span, attrs, key, notes)
     if raw is None:
-        return []
+        if not span.events or indexed(attrs, "gen_ai.prompt." if key == INPUT_MESSAGES else "gen_ai.completion."):
+            return []
+        return event_messages(span, key == OUTPUT_MESSAGES, limits, notes)
     if isinstance(raw, tuple | list):  # structured (AnyValue) messages
         return messages_of(plain(raw))
     try:
@@ -158,6 +219,11 @@ def user_message(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes:
     if found is None:
         found = last_user_text(_flattened(attrs, "gen_ai.prompt."))
     return found
+
+
+def user_turns(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> int:
+    messages = _messages(span, attrs, INPUT_MESSAGES, limits, notes) or _flattened(attrs, "gen_ai.prompt.")
+    return count_user_texts(messages)
 
 
 def _tool_call_arguments(messages: list[Any], completions: list[dict[str, Any]]) -> Iterator[Any]:

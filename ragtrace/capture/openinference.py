@@ -108,6 +108,13 @@ def user_message(attrs: Attrs) -> str | None:
     return last
 
 
+def user_turns(attrs: Attrs) -> int:
+    return sum(
+        1 for group in indexed(attrs, INPUT_MESSAGES_PREFIX)
+        if role_name(group.get("message.role", "")) == "user" and as_text(_message_text(group)) is not None
+    )
+
+
 def read_response(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> str:
     """The first assistant text; else an answer given as tool-call arguments; else `output.value`."""
     response: str | None = None

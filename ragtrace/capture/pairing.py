@@ -37,9 +37,11 @@ from typing import Any, Literal
 from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace.capture import openllmetry, readers
+from ragtrace.capture.rules import DEFAULT_RULES, CaptureRules
 from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor, SpanVerdict, TraceReport
 from ragtrace.capture.values import (
     DEFAULT_LIMITS,
+    FROM_EVENTS,
     CaptureLimits,
     RetrievalReading,
     Skip,
@@ -108,11 +110,17 @@ def _node(span: ReadableSpan, order: int) -> _Node | None:
 class _Trace:
     """The spans of one trace, indexed for pairing."""
 
-    def __init__(self, nodes: list[_Node], limits: CaptureLimits = DEFAULT_LIMITS, explain: bool = False) -> None:
+    def __init__(
+        self, nodes: list[_Node], limits: CaptureLimits = DEFAULT_LIMITS, explain: bool = False,
+        rules: CaptureRules = DEFAULT_RULES,
+    ) -> None:
         self.nodes = nodes
         self.by_id = {n.span_id: n for n in nodes}
         self.root = self._root()
         self.limits = limits
+        self.rules = rules
+        self._session: tuple[str | None] | None = None
+        self._run_inputs: dict[int, str | bool | None] = {}
         everything = [n for n in nodes if n.role == "generation"]
         generation_ids = {n.span_id for n in everything}
         # A generation with another generation below it wraps that model call: the inner one pairs.
@@ -242,27 +250,97 @@ class _Trace:
             found = next((text for w in around if (text := self.response(w, self.limits, notes))), "")
         return found
 
+    def agent_of(self, node: _Node) -> _Node | None:
+        """The nearest agent run above a span (GenAI invoke_agent, OpenInference AGENT, OpenLLMetry agent)."""
+        for up in self.ancestors(node):
+            above = self.by_id.get(up)
+            if above is not None and readers.is_agent(above.span):
+                return above
+        return None
+
+    def user_question(
+        self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
+    ) -> tuple[str, str, int] | None:
+        """(question, where, user turns) as the trace records the user asking it, by evidence order: the
+        paired generation's last user message (when its input shows it consumed the retrieval: paired by
+        time, it may be another step's), the agent's input, the root's input. A text that quotes the
+        retrieved documents, or holds the retrieval's query within more, is a prompt built from them, not
+        the question, and is passed over. A generation's message that holds the agent's or root's input
+        within more (smolagents' "New task:\n<question>") wraps it: the input is the question. Without a query
+        of the retrieval's own to weigh them against, the sources are taken as they are (the generation's
+        message even when paired by time)."""
+        probes = [p for p in (_probe(d.content) for d in reading.documents) if len(p) >= MIN_EVIDENCE_CHARS]
+        own = _normalised(reading.query or "")
+        strict = reading.query is not None
+
+        def is_question(text: str) -> bool:
+            if not strict:
+                return True
+            flat = _normalised(text)
+            if any(p in flat for p in probes):
+                return False
+            return not (own and own in flat and own != flat)
+
+        inputs = [(text, where) for text, where in self.run_inputs(node, notes) if is_question(text)]
+        if generation is not None and (rule != "time" or not strict):
+            try:
+                found = readers.read_user_message(generation.span, generation.shape, self.limits, notes)
+                if found is not None and is_question(found):
+                    flat = _normalised(found)
+                    inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
+                    turns = readers.read_user_turns(generation.span, generation.shape, self.limits, notes)
+                    return (*inner, turns) if inner is not None else (found, "generation", turns)
+            except Exception:
+                notes.add("reader_error")
+        return (*inputs[0], 1) if inputs else None
+
+    def run_inputs(self, node: _Node, notes: set[str]) -> list[tuple[str, str]]:
+        """The texts the agent run above a span and the trace's root say they were given, with where."""
+        found: list[tuple[str, str]] = []
+        agent = self.agent_of(node)
+        for holder, where in ((agent, "agent"), (self.root, "root")):
+            if holder is None or (where == "agent" and holder is self.root):
+                continue
+            cached = self._run_inputs.get(holder.span_id, False)
+            if cached is False:
+                try:
+                    cached = readers.read_input(holder.span, self.limits, notes)
+                except Exception:
+                    notes.add("reader_error")
+                    cached = None
+                self._run_inputs[holder.span_id] = cached
+            if isinstance(cached, str):
+                found.append((cached, where))
+        return found
+
     def query(
-        self, reading: RetrievalReading, generation: _Node | None, limits: CaptureLimits, notes: set[str]
+        self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
     ) -> tuple[str, str]:
-        """(query, source): the retrieval's own, else the generation's last user message, else the root's input."""
-        if reading.query is not None:
-            return reading.query, "retrieval"
-        try:
-            if generation is not None:
-                found = readers.read_user_message(generation.span, generation.shape, limits, notes)
-                if found is not None:
-                    return found, "generation"
-        except Exception:
-            notes.add("reader_error")
-        try:
-            if self.root is not None:
-                found = readers.read_input(self.root.span, limits, notes)
-                if found is not None:
-                    return found, "root"
-        except Exception:
-            notes.add("reader_error")
-        raise Skip("no_query")
+        """(query, source) of a sample: the user's question where the trace records one that differs from
+        the retrieval's own query, else the retrieval's own (see `_query_metadata` for the follow-up rule)."""
+        own = reading.query
+        if own is not None and self.rules.query_source == "retrieval":
+            return own, "retrieval"
+        asked = self.user_question(node, reading, generation, rule, notes)
+        if asked is None:
+            if own is None:
+                raise Skip("no_query")
+            return own, "retrieval"
+        question, where, turns = asked
+        if own is None or _normalised(question) == _normalised(own):
+            return (own, "retrieval") if own is not None else (question, where)
+        if turns > 1:  # a follow-up in a conversation: the retrieval's query is its standalone form
+            return own, "retrieval (standalone form of a follow-up)"
+        return question, where
+
+    def session(self, preferred: Sequence[_Node | None]) -> str | None:
+        """The conversation the trace belongs to: on the retrieval, its generation, the root, else any span."""
+        for node in preferred:
+            if node is not None and (found := readers.read_session(node.span)) is not None:
+                return found
+        if self._session is None:
+            self._session = (next((f for n in self.nodes if (f := readers.read_session(n.span)) is not None), None),)
+        return self._session[0]
 
     def ground_truth(self, preferred: Sequence[_Node | None], notes: set[str]) -> str | None:
         """`ragtrace.ground_truth` from the retrieval, its generation, the root, then any span."""
@@ -280,7 +358,7 @@ class _Trace:
         return None
 
 
-def _group(spans: Sequence[ReadableSpan], stats: CaptureStats) -> dict[int, list[_Node]]:
+def _group(spans: Sequence[ReadableSpan], stats: CaptureStats, rules: CaptureRules) -> dict[int, list[_Node]]:
     traces: dict[int, list[_Node]] = {}
     seen: set[tuple[int, int]] = set()
     for order, span in enumerate(spans):
@@ -296,7 +374,7 @@ def _group(spans: Sequence[ReadableSpan], stats: CaptureStats) -> dict[int, list
             continue
         seen.add((node.trace_id, node.span_id))
         try:
-            found = readers.classify(span)
+            found = readers.classify(span, rules)
         except Exception:
             found = None
             stats.count("reader_error")
@@ -321,10 +399,20 @@ def _sample(
     trace: _Trace, node: _Node, reading: RetrievalReading, limits: CaptureLimits, notes: set[str]
 ) -> CapturedSample | None:
     generation, rule, evidence = trace.pair(node, reading, notes)
-    query, source = trace.query(reading, generation, limits, notes)
+    query, source = trace.query(node, reading, generation, rule, notes)
     response = trace.answer(generation, notes) if generation is not None else ""
     ground_truth = trace.ground_truth([node, generation, trace.root], notes)
     metadata: dict[str, Any] = {"query_source": source}
+    if reading.query is not None and not source.startswith("retrieval"):
+        metadata["retrieval_query"] = cut(reading.query, limits.max_query_chars, notes, "query_truncated")
+    if reading.taken_because is not None:
+        metadata["taken_because"] = reading.taken_because
+    if FROM_EVENTS in notes:
+        notes.discard(FROM_EVENTS)
+        metadata[FROM_EVENTS] = True
+    session = trace.session([node, generation, trace.root])
+    if session is not None:
+        metadata["session_id"] = cut(session, 256, set(), "")
     if generation is not None:
         metadata["pairing"] = rule
         metadata["pairing_evidence"] = evidence
@@ -341,6 +429,7 @@ def _sample(
         ),
         metadata=metadata,
     )
+    agent = trace.agent_of(node)
     return CapturedSample(
         sample=sample,
         trace_id=node.trace_id,
@@ -350,6 +439,8 @@ def _sample(
         convention=reading.convention,
         retriever=cut(reading.retriever, 128, set(), ""),
         pairing=rule,
+        agent_span_id=agent.span_id if agent is not None else None,
+        session_id=metadata.get("session_id"),
     )
 
 
@@ -361,7 +452,7 @@ def _read_retrievals(trace: _Trace, limits: CaptureLimits, stats: CaptureStats) 
     for node in sorted((n for n in trace.nodes if n.role == "retrieval"), key=lambda n: n.sort_key):
         notes: set[str] = set()
         try:
-            reading = readers.read_retrieval(node.span, node.shape, limits, notes)
+            reading = readers.read_retrieval(node.span, node.shape, limits, notes, trace.rules)
             if not reading.documents and reading.explicit:
                 notes.add("no_documents")
             read[node.span_id] = (node, reading, notes)
@@ -370,6 +461,7 @@ def _read_retrievals(trace: _Trace, limits: CaptureLimits, stats: CaptureStats) 
             notes.add(skip.reason)
         except Exception:
             notes.add("reader_error")
+        notes.discard(FROM_EVENTS)
         for reason in notes:
             stats.count(reason)
         trace.note(node, "passed over (" + ", ".join(sorted(notes)) + ")")
@@ -383,6 +475,8 @@ def _strength(node: _Node, reading: RetrievalReading) -> int:
         return 3
     if node.shape == "vector_db":
         return 2
+    if node.shape.endswith("_tool"):  # the tool around a retrieval its framework recorded too
+        return 0
     return 1 if openllmetry.is_named_retriever(node.span, attrs_of(node.span)) else 0
 
 
@@ -459,7 +553,7 @@ def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> 
             elif node.role == "retrieval":
                 said = "passed over"
             else:
-                said = readers.describe_unclassified(node.span) or "not a retrieval or a generation"
+                said = readers.describe_unclassified(node.span, trace.rules) or "not a retrieval or a generation"
         verdicts.append(
             SpanVerdict(node.span_id, node.parent_id, node.span.name or "", node.role, node.convention, said)
         )
@@ -468,11 +562,11 @@ def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> 
 
 def _builtin(
     spans: Sequence[ReadableSpan], stats: CaptureStats, limits: CaptureLimits,
-    reports: list[TraceReport] | None = None,
+    reports: list[TraceReport] | None = None, rules: CaptureRules = DEFAULT_RULES,
 ) -> list[CapturedSample]:
     samples: list[CapturedSample] = []
-    for trace_id, nodes in _group(spans, stats).items():
-        trace = _Trace(nodes, limits, explain=reports is not None)
+    for trace_id, nodes in _group(spans, stats, rules).items():
+        trace = _Trace(nodes, limits, explain=reports is not None, rules=rules)
         mine = CaptureStats() if reports is not None else stats
         read = _read_retrievals(trace, limits, mine)
         _drop_nested(trace, read, mine)
@@ -486,12 +580,16 @@ def _builtin(
             except Exception:
                 notes.add("reader_error")
                 captured = None
+            notes.discard(FROM_EVENTS)
             for reason in notes:
                 mine.count(reason)
             if captured is not None:
                 found.append(captured)
             elif trace.verdicts is not None:
                 trace.note(node, "no sample (" + ", ".join(sorted(notes)) + ")")
+        if len(found) > 1 and trace.root is not None:  # a loop with no agent span: the root rolls them up
+            found = [c if c.agent_span_id is not None else dataclasses.replace(c, agent_span_id=trace.root.span_id)
+                     for c in found]
         samples.extend(found)
         if reports is not None:
             stats.counts.update(mine.counts)
@@ -540,7 +638,7 @@ _STARTING_KEYS = readers.RETRIEVAL_MARKERS | {GROUND_TRUTH}
 _STARTING_KEYS_BUT_DB = _STARTING_KEYS - readers.DB_SYSTEMS
 
 
-def capture_start(span: ReadableSpan) -> CaptureStart | None:
+def capture_start(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES) -> CaptureStart | None:
     """Why the built-in readers need this span of a trace none of whose retrievals has ended yet: it is
     a retrieval, or it carries the ground truth; None when they do not. Nothing else that ends before a
     trace's first retrieval is read: a generation pairs with a retrieval only if it starts after the
@@ -552,7 +650,7 @@ def capture_start(span: ReadableSpan) -> CaptureStart | None:
         return None  # nothing RAG
     if _STARTING_KEYS_BUT_DB.isdisjoint(attrs) and openllmetry.db_system(attrs) is None:
         return None  # a database span of a database that is not a vector store
-    if readers.span_role(span) == "retrieval":
+    if readers.span_role(span, rules) == "retrieval":
         return "retrieval"
     return "ground_truth" if GROUND_TRUTH in attrs else None
 
@@ -563,6 +661,7 @@ def extract_samples(
     extractor: Extractor | None = None,
     stats: CaptureStats | None = None,
     limits: CaptureLimits = DEFAULT_LIMITS,
+    rules: CaptureRules = DEFAULT_RULES,
 ) -> list[CapturedSample]:
     """All ended spans of one trace (any order) in; one CapturedSample per retrieval span out.
 
@@ -578,18 +677,20 @@ def extract_samples(
             custom = _custom(extractor, spans, stats, limits)
             if custom:
                 return custom
-        return _builtin(spans, stats, limits)
+        return _builtin(spans, stats, limits, rules=rules)
     except Exception:  # a last guard: nothing above should get here
         stats.count("capture_error")
         return []
 
 
-def report_traces(spans: Sequence[ReadableSpan], *, limits: CaptureLimits = DEFAULT_LIMITS) -> list[TraceReport]:
+def report_traces(
+    spans: Sequence[ReadableSpan], *, limits: CaptureLimits = DEFAULT_LIMITS, rules: CaptureRules = DEFAULT_RULES
+) -> list[TraceReport]:
     """What the built-in readers decide for each trace of `spans`, span by span (for `ragtrace explain`).
 
     The same code path as `extract_samples`, so the report cannot drift from what is scored; it costs more
     (every verdict is put in words), so the live pipeline does not call it per trace.
     """
     reports: list[TraceReport] = []
-    _builtin(list(spans), CaptureStats(), limits, reports)
+    _builtin(list(spans), CaptureStats(), limits, reports, rules)
     return reports

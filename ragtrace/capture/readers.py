@@ -11,7 +11,8 @@ from typing import Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ragtrace.capture import genai, openinference, openllmetry
+from ragtrace.capture import genai, openinference, openllmetry, tools
+from ragtrace.capture.rules import DEFAULT_RULES, CaptureRules
 from ragtrace.capture.values import (
     CaptureLimits,
     RetrievalReading,
@@ -41,11 +42,12 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
+def classify(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES) -> tuple[Role, Convention, str] | None:
     """(role, convention, shape) of a span, or None when it is neither retrieval nor generation.
 
-    `shape` names the reader: "genai", "openinference", "task" or "vector_db". Conventions are
-    tried in a fixed order, so a span carrying several is read by the first that claims it.
+    `shape` names the reader: "genai", "openinference", "task", "vector_db", or "<convention>_tool" for a
+    tool call taken as a retrieval (`tools.is_retrieval`). Conventions are tried in a fixed order, so a
+    span carrying several is read by the first that claims it.
     """
     attrs = attrs_of(span)
     # One C-level pass over the keys finds which markers exist, so absent keys cost no lookup
@@ -60,6 +62,8 @@ def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
             return "retrieval", "genai", "genai"
         if operation in genai.GENERATION_OPERATIONS:
             return "generation", "genai", "genai"
+        if operation == tools.GENAI_OPERATION and tools.is_retrieval(span, attrs, "genai", rules):
+            return "retrieval", "genai", "genai_tool"
     if openinference.KIND in present:
         kind = attrs[openinference.KIND]
         kind = kind.upper() if isinstance(kind, str) else kind
@@ -67,12 +71,16 @@ def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
             return "retrieval", "openinference", "openinference"
         if kind == "LLM" and not openinference.is_prompt_step(attrs):
             return "generation", "openinference", "openinference"
-    if (
-        openllmetry.SPAN_KIND in present
-        and _text(attrs[openllmetry.SPAN_KIND]) in openllmetry.TASK_KINDS
-        and openllmetry.is_retriever_task(span, attrs)
-    ):
-        return "retrieval", "openllmetry", "task"
+        if kind == tools.OPENINFERENCE_KIND and tools.is_retrieval(span, attrs, "openinference", rules):
+            return "retrieval", "openinference", "openinference_tool"
+    traceloop = _text(attrs[openllmetry.SPAN_KIND]) if openllmetry.SPAN_KIND in present else ""
+    if traceloop in openllmetry.TASK_KINDS:
+        tool = traceloop == tools.OPENLLMETRY_KIND
+        if tool and tools.is_retrieval(span, attrs, "openllmetry", rules):
+            return "retrieval", "openllmetry", "openllmetry_tool"
+        excluded = tool and tools.excluded(span, attrs, "openllmetry", rules)
+        if not excluded and openllmetry.is_retriever_task(span, attrs):
+            return "retrieval", "openllmetry", "task"
     if present & DB_SYSTEMS and openllmetry.db_system(attrs) is not None and openllmetry.is_vector_query(span, attrs):
         return "retrieval", "openllmetry", "vector_db"
     if LLM_REQUEST_TYPE in present and _text(attrs[LLM_REQUEST_TYPE]) in LLM_REQUEST_TYPES:
@@ -82,18 +90,22 @@ def classify(span: ReadableSpan) -> tuple[Role, Convention, str] | None:
     return None
 
 
-def span_role(span: ReadableSpan) -> Role | None:
+def span_role(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES) -> Role | None:
     """"retrieval", "generation" or None; constant-time and never raises (any error means None)."""
     try:
-        found = classify(span)
+        found = classify(span, rules)
     except Exception:
         return None
     return found[0] if found is not None else None
 
 
-def read_retrieval(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str]) -> RetrievalReading:
+def read_retrieval(
+    span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str], rules: CaptureRules = DEFAULT_RULES
+) -> RetrievalReading:
     """Documents, query and retriever name of a retrieval span; raises Skip to pass the span over."""
     attrs = attrs_of(span)
+    if shape.endswith("_tool"):
+        return tools.read(span, attrs, shape, rules, limits, notes)
     if shape == "genai":
         return genai.read_retrieval(span, attrs, limits, notes)
     if shape == "openinference":
@@ -126,6 +138,8 @@ def read_input(span: ReadableSpan, limits: CaptureLimits, notes: set[str]) -> st
     """The user's question as a trace's root span records it, whatever the convention."""
     attrs = attrs_of(span)
     found = openinference.input_query(attrs, limits, notes)
+    if found is None and span.events:
+        found = genai.user_message(span, attrs, limits, notes)
     if found is None:
         raw = attrs.get(openllmetry.ENTITY_INPUT)
         if isinstance(raw, str):
@@ -153,16 +167,64 @@ def read_input_texts(span: ReadableSpan, limits: CaptureLimits) -> list[str]:
     for key, value in attrs.items():
         if isinstance(key, str) and (key in _INPUT_KEYS or key.startswith(_INPUT_PREFIXES)):
             text_leaves(value, limits, texts)
-    for event in span.events or ():  # GenAI instrumentations that record content on an event
-        if event.name == genai.DETAILS_EVENT:
-            text_leaves(attrs_of(event).get(genai.INPUT_MESSAGES), limits, texts)
+    if span.events:  # GenAI instrumentations that record content on events
+        for event in span.events:
+            if event.name == genai.DETAILS_EVENT:
+                text_leaves(attrs_of(event).get(genai.INPUT_MESSAGES), limits, texts)
+        text_leaves(genai.event_messages(span, False, limits, set()), limits, texts)
     return texts
 
 
-def describe_unclassified(span: ReadableSpan) -> str | None:
-    """Why a span that looks like a model call is not a generation, in words; None when nothing to say."""
+AGENT_OPERATIONS = frozenset({"invoke_agent"})
+AGENT_KINDS = frozenset({"AGENT"})
+# Where a trace says which conversation it belongs to, best first (OpenInference, GenAI, OpenLLMetry).
+SESSION_KEYS = ("session.id", "gen_ai.conversation.id", "traceloop.association.properties.session_id",
+                "traceloop.association.properties.conversation_id")
+
+
+def is_agent(span: ReadableSpan) -> bool:
+    """An agent's run: GenAI `invoke_agent`, OpenInference `AGENT`, OpenLLMetry `agent`."""
+    attrs = attrs_of(span)
+    operation, kind = attrs.get(genai.OPERATION), attrs.get(openinference.KIND)
+    traceloop = attrs.get(openllmetry.SPAN_KIND)
+    return (
+        (isinstance(operation, str) and operation in AGENT_OPERATIONS)
+        or (isinstance(kind, str) and kind.upper() in AGENT_KINDS)
+        or traceloop == "agent"
+    )
+
+
+def read_session(span: ReadableSpan) -> str | None:
+    """The conversation a span belongs to, when it says."""
+    attrs = attrs_of(span)
+    for key in SESSION_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+    return None
+
+
+def read_user_turns(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str]) -> int:
+    """How many user messages a generation's input holds: more than one replays a conversation."""
+    attrs = attrs_of(span)
+    if shape == "openinference":
+        return openinference.user_turns(attrs)
+    return genai.user_turns(span, attrs, limits, notes)
+
+
+def describe_unclassified(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES) -> str | None:
+    """Why a span that looks like a model call or a tool is not a generation or a retrieval, in words;
+    None when nothing to say."""
     attrs = attrs_of(span)
     kind = attrs.get(openinference.KIND)
+    if attrs.get(genai.OPERATION) == tools.GENAI_OPERATION:
+        return tools.describe(span, attrs, "genai", rules)
+    if isinstance(kind, str) and kind.upper() == tools.OPENINFERENCE_KIND:
+        return tools.describe(span, attrs, "openinference", rules)
+    if attrs.get(openllmetry.SPAN_KIND) == tools.OPENLLMETRY_KIND:
+        return tools.describe(span, attrs, "openllmetry", rules)
     if isinstance(kind, str) and kind.upper() == "LLM" and openinference.is_prompt_step(attrs):
         return "tagged LLM (openinference) but built a prompt: a prompt template and no model output"
     if isinstance(kind, str):

@@ -8,6 +8,7 @@ instead of letting a bad value escape as an exception.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 import math
 import re
@@ -63,6 +64,8 @@ class RetrievalReading:
     # Heuristically recognised spans (vector-DB clients, OpenLLMetry tasks) with no documents are dropped.
     explicit: bool = True
     distances: list[float | None] = field(default_factory=list)
+    # Why a span that is not a retrieval by its convention was taken as one (a tool call), in words.
+    taken_because: str | None = None
 
 
 def attrs_of(obj: Any) -> Attrs:
@@ -79,6 +82,26 @@ def attrs_of(obj: Any) -> Attrs:
     if type(value) in _FAST_MAPPINGS:  # skip the slower ABC isinstance check for what the SDK returns
         return value  # type: ignore[return-value]
     return value if isinstance(value, Mapping) else _NO_ATTRS
+
+
+# A note, not a count: some content of the sample was read from span events rather than attributes.
+FROM_EVENTS = "content_from_events"
+# Events looked at per span for content: an instrumentation writes a few (one per message), not thousands.
+MAX_CONTENT_EVENTS = 256
+
+
+def attribute_or_event(obj: Any, attrs: Attrs, key: str, notes: set[str], max_events: int = MAX_CONTENT_EVENTS) -> Any:
+    """The span attribute `key`, else the same attribute on one of the span's first events (GenAI
+    instrumentations may record content on an event, e.g. `gen_ai.client.inference.operation.details`)."""
+    value = attrs.get(key)
+    if value is not None:
+        return value
+    for event in itertools.islice(getattr(obj, "events", None) or (), max_events):
+        value = attrs_of(event).get(key)
+        if value is not None:
+            notes.add(FROM_EVENTS)
+            return value
+    return None
 
 
 def clean(text: str) -> str:
@@ -234,6 +257,14 @@ def last_user_text(messages: Iterable[Any]) -> str | None:
     return last
 
 
+def count_user_texts(messages: Iterable[Any]) -> int:
+    return sum(
+        1 for message in messages
+        if isinstance(message, dict) and role_name(message.get("role", "")) in ("user", "human")
+        and as_text(message_text(message)) is not None
+    )
+
+
 def first_assistant_text(messages: Iterable[Any]) -> str | None:
     for message in messages:
         if not isinstance(message, dict):
@@ -250,7 +281,7 @@ def first_assistant_text(messages: Iterable[Any]) -> str | None:
 # names a query or question is tried: frameworks pass query objects under their parameter's name
 # (LlamaIndex's `query_bundle` / `str_or_query_bundle` hold a QueryBundle whose text is `query_str`).
 _QUERY_KEYS = (
-    "query", "question", "query_str", "query_text", "input", "q", "text", "prompt", "user_input",
+    "query", "question", "query_str", "query_text", "input", "q", "text", "prompt", "user_input", "task",
     "message", "messages", "inputs", "args", "kwargs",
 )
 _QUERY_WORDS = ("query", "question")

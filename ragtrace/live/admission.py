@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace._sdk import IS_REMOTE, PUBLIC_IDS, SDK_IDS, SDK_SPAN, TRACE_ID
-from ragtrace.capture import capture_start
+from ragtrace.capture import DEFAULT_RULES, CaptureRules, capture_start
 from ragtrace.live.counts import Counts
 from ragtrace.live.sampling import TRACE_ID_MASK
 from ragtrace.live.store import SpanStore
@@ -31,13 +31,15 @@ class Admission:
     """
 
     def __init__(
-        self, store: SpanStore, counts: Counts, *, trace_id_bound: int, enrich: bool, hold_every_span: bool
+        self, store: SpanStore, counts: Counts, *, trace_id_bound: int, enrich: bool, hold_every_span: bool,
+        rules: CaptureRules = DEFAULT_RULES,
     ) -> None:
         self._store = store
         self._counts = counts
         self._bound = trace_id_bound
         self._enrich = enrich
         self._hold_every_span = hold_every_span
+        self._rules = rules
         self.closed = False
 
     def close(self) -> None:
@@ -94,7 +96,7 @@ class Admission:
         if held is not None and held.has_retrieval:  # held anyway, and nothing more to learn from it
             start: str | None = "held"
         else:
-            start = capture_start(span)
+            start = capture_start(span, self._rules)
             if start is None:
                 if self._hold_every_span:
                     start = "every_span"
@@ -111,6 +113,6 @@ class Admission:
             self._counts.add("queue_full")
         # A sampled retrieval span says why it was not judged (turned away, or it ended after its trace
         # had closed): on itself, going on at the next tick, or (link mode) on a span of its own then.
-        if start == "retrieval" or (start == "held" and capture_start(span) == "retrieval"):
+        if start == "retrieval" or (start == "held" and capture_start(span, self._rules) == "retrieval"):
             return self._store.refuse(span, result) and self._enrich
         return False

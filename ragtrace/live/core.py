@@ -35,7 +35,7 @@ class LiveScoring:
         self.counts = Counts()
         self.admission = Admission(
             self.store, self.counts, trace_id_bound=options.sampler.trace_id_bound, enrich=options.enrich,
-            hold_every_span=options.extractor is not None,
+            hold_every_span=options.extractor is not None, rules=options.capture_rules,
         )
         self.pipeline = Pipeline(options, self.store, self.counts, sink)
         self._shutdown = False

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from opentelemetry.attributes import BoundedAttributes
@@ -23,6 +23,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind
 from opentelemetry.util.types import AttributeValue
 
 from ragtrace._sdk import copy_span, dropped_counts
+from ragtrace.capture import CapturedSample
 from ragtrace.capture.values import attrs_of
 from ragtrace.scoring import JUDGE_TIMEOUT, JudgeUsage, ScoreResult
 from ragtrace.scoring import timed_out as timed_out_result
@@ -72,6 +73,59 @@ class Evaluation:
 
 # What one span gets written: attributes and events, by span id.
 Writes = dict[int, tuple[dict[str, AttributeValue], list[Event]]]
+
+
+SESSION = "ragtrace.session.id"
+CONVERSATION = "gen_ai.conversation.id"  # on the evaluation events, as the GenAI conventions name it
+RETRIEVAL_QUERY = "ragtrace.retrieval.query"
+QUERY_SOURCE = "ragtrace.query.source"
+AGENT_PREFIX = "ragtrace.agent"
+_MAX_WRITTEN_TEXT = 4_000
+
+
+def sample_attributes(captured: CapturedSample) -> dict[str, AttributeValue]:
+    """What a sample says about itself on the span its scores go to: where its query came from, the
+    retrieval's own query when another was judged, and the conversation it belongs to."""
+    metadata = captured.sample.metadata
+    attrs: dict[str, AttributeValue] = {}
+    source = metadata.get("query_source")
+    if isinstance(source, str):
+        attrs[QUERY_SOURCE] = source
+    query = metadata.get("retrieval_query")
+    if isinstance(query, str):
+        attrs[RETRIEVAL_QUERY] = _cap(query, _MAX_WRITTEN_TEXT)
+    if captured.session_id:
+        attrs[SESSION] = captured.session_id
+    return attrs
+
+
+@dataclass
+class Rollup:
+    """An agent run's retrievals taken together: how many, and the evaluations of those judged."""
+
+    retrievals: int = 0
+    evaluations: list[Evaluation] = field(default_factory=list)
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        """`ragtrace.agent.retrievals`, and per scorer over the run's scored retrievals: `.max` (did any
+        search find it), `.mean`, `.scored`, and `.label`: pass when any retrieval passed, fail when none
+        did (the agent searched and never found the evidence)."""
+        attrs: dict[str, AttributeValue] = {f"{AGENT_PREFIX}.retrievals": self.retrievals}
+        by_scorer: dict[str, list[ScoreResult]] = {}
+        for evaluation in self.evaluations:
+            for result in evaluation.results:
+                if result.score is not None:
+                    by_scorer.setdefault(result.name, []).append(result)
+        for name, results in sorted(by_scorer.items()):
+            scores = [float(r.score) for r in results if r.score is not None]
+            prefix = f"{AGENT_PREFIX}.{name}"
+            attrs[f"{prefix}.max"] = max(scores)
+            attrs[f"{prefix}.mean"] = round(sum(scores) / len(scores), 2)
+            attrs[f"{prefix}.scored"] = len(scores)
+            labels = [r.label for r in results if r.label is not None]
+            if labels:
+                attrs[f"{prefix}.label"] = "pass" if "pass" in labels else "fail"
+        return attrs
 
 
 def timed_out(names: Sequence[str], model: str, prompt_version: str) -> Evaluation:
@@ -140,12 +194,16 @@ def common_attributes(evaluation: Evaluation) -> dict[str, AttributeValue]:
     return attrs
 
 
-def evaluation_event(result: ScoreResult, reason_max_chars: int, timestamp: int | None = None) -> Event:
+def evaluation_event(
+    result: ScoreResult, reason_max_chars: int, timestamp: int | None = None, session: str | None = None
+) -> Event:
     """One `gen_ai.evaluation.result` event, with the GenAI semantic convention's attribute names."""
     attrs: dict[str, AttributeValue] = {
         "gen_ai.evaluation.name": result.name,
         "gen_ai.evaluation.explanation": _cap(result.reason, reason_max_chars),
     }
+    if session:
+        attrs[CONVERSATION] = session
     if result.score is not None:
         attrs["gen_ai.evaluation.score.value"] = float(result.score)
     if result.label is not None:
@@ -156,7 +214,7 @@ def evaluation_event(result: ScoreResult, reason_max_chars: int, timestamp: int 
 
 
 def evaluation_writes(
-    evaluation: Evaluation, reason_max_chars: int
+    evaluation: Evaluation, reason_max_chars: int, session: str | None = None
 ) -> tuple[dict[str, AttributeValue], list[Event]]:
     """All attributes and events that one evaluation adds to its target span (enrich mode)."""
     attrs = common_attributes(evaluation)
@@ -164,24 +222,38 @@ def evaluation_writes(
     events: list[Event] = []
     for result in evaluation.results:
         attrs.update(scorer_attributes(result, reason_max_chars))
-        events.append(evaluation_event(result, reason_max_chars, now))
+        events.append(evaluation_event(result, reason_max_chars, now, session))
     return attrs, events
 
 
-def writes_for(evaluations_by_span: Mapping[int, Sequence[Evaluation]], reason_max_chars: int) -> Writes:
-    """The attributes and events each evaluated span gets; a span whose writes fail goes out unscored."""
+def writes_for(
+    evaluations_by_span: Mapping[int, Sequence[Evaluation]],
+    reason_max_chars: int,
+    annotations: Mapping[int, Mapping[str, AttributeValue]] | None = None,
+    rollups: Mapping[int, Rollup] | None = None,
+) -> Writes:
+    """The attributes and events each evaluated span gets (with its samples' `annotations`), and each agent
+    span its `rollups`; a span whose writes fail goes out unscored."""
+    annotations = annotations or {}
     writes: Writes = {}
     for span_id, evaluations in evaluations_by_span.items():
         try:
-            attrs: dict[str, AttributeValue] = {}
+            attrs: dict[str, AttributeValue] = dict(annotations.get(span_id, {}))
+            session = attrs.get(SESSION)
             events: list[Event] = []
             for evaluation in evaluations:
-                more_attrs, more_events = evaluation_writes(evaluation, reason_max_chars)
+                more_attrs, more_events = evaluation_writes(
+                    evaluation, reason_max_chars, session if isinstance(session, str) else None)
                 attrs.update(more_attrs)
                 events.extend(more_events)
             writes[span_id] = (attrs, events)
         except Exception:
             logger.exception("ragtrace: writing an evaluation failed; its span is forwarded unscored")
+    for span_id, rollup in (rollups or {}).items():
+        try:
+            writes.setdefault(span_id, ({}, []))[0].update(rollup.attributes())
+        except Exception:
+            logger.exception("ragtrace: writing an agent's roll-up failed")
     return writes
 
 

@@ -8,10 +8,11 @@ import time
 from collections.abc import Callable
 
 from opentelemetry.trace import SpanContext
+from opentelemetry.util.types import AttributeValue
 
 from ragtrace.capture import CaptureStats, extract_samples
 from ragtrace.live.counts import decision_of
-from ragtrace.live.enrich import Evaluation, declined, not_judged, timed_out
+from ragtrace.live.enrich import Evaluation, Rollup, declined, not_judged, sample_attributes, timed_out
 from ragtrace.live.pipeline import QUEUE_FULL, Pipeline
 from ragtrace.live.planning import Planned, Planner
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef
@@ -53,7 +54,8 @@ class JobJudging:
         """Extract samples, decide which to judge, queue the jobs (or pass the trace through)."""
         spans = trace.spans
         stats = CaptureStats()
-        samples = extract_samples(spans, extractor=self._options.extractor, stats=stats)
+        samples = extract_samples(spans, extractor=self._options.extractor, stats=stats,
+                                  rules=self._options.capture_rules)
         if stats.counts:  # why spans could not be read: reported on the decision counter too
             self._counts.add_all({}, stats.counts)
         if not samples:
@@ -67,16 +69,23 @@ class JobJudging:
         jobs: dict[int, Planned] = {}
         refs: dict[int, SampleRef] = {}
         turned_away: dict[int, list[Evaluation]] = {}  # retrieval span id -> why its sample was not judged
+        annotations: dict[int, dict[str, AttributeValue]] = {}
+        rollups: dict[int, Rollup] = {}
         for key, captured in enumerate(samples):
+            if captured.agent_span_id is not None:
+                rollups.setdefault(captured.agent_span_id, Rollup()).retrievals += 1
             planned = self._planner.plan(trace_id, captured, by_id.get(captured.retrieval_span_id, first))
             if isinstance(planned, str):
                 self._counts.add(planned)
                 if (why := declined(planned, self._options.model, self._options.prompt_version)) is not None:
                     turned_away[captured.retrieval_span_id] = [why]
+                    annotations.setdefault(captured.retrieval_span_id, {}).update(sample_attributes(captured))
                 continue
             jobs[key] = planned
             target = self._planner.target_of(captured, by_id, spans)
-            refs[key] = SampleRef(target, tuple(s.name for s in planned[1]), captured.retriever)
+            refs[key] = SampleRef(target, tuple(s.name for s in planned[1]), captured.retriever,
+                                  captured.agent_span_id)
+            annotations.setdefault(target, {}).update(sample_attributes(captured))
         if not jobs:
             self._pipeline.pass_through(trace, turned_away=turned_away)
             return
@@ -89,6 +98,8 @@ class JobJudging:
             trace_flags=first.context.trace_flags,
             waiting=refs,
             evaluations={} if link else dict(turned_away),
+            annotations=annotations,
+            rollups=rollups,
         )
         if not self._store.put_pending(trace_id, pending):
             self._counts.add("queue_full", len(jobs))
@@ -147,6 +158,8 @@ class JobJudging:
         if recorded is None:  # released already (deadline, flush): counted as timeout then
             return
         ref, pending, last = recorded
+        if ref.agent is not None and (rollup := pending.rollups.get(ref.agent)) is not None:
+            rollup.evaluations.append(evaluation)
         for result in evaluation.results:
             self._counts.add(decision_of(result))
             # Results skipped for `no_context` reach metrics too: they make the empty-retrieval rate.

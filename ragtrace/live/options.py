@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ragtrace import _checks as checks
-from ragtrace.capture import Extractor
+from ragtrace.capture import DEFAULT_RULES, CaptureRules, Extractor
 from ragtrace.capture.explain import DecisionLog
 from ragtrace.judges.base import Judge
 from ragtrace.live.metrics import RagtraceMetrics
@@ -42,6 +42,7 @@ class ScoringOptions:
         out of this process's GIL (enrich mode only).
     decision_log: keeps the last traces closed, to ask why they were (not) scored
         (`ragtrace.capture.explain.DecisionLog`).
+    capture_rules: which tools are retrievals, which query is judged (`ragtrace.capture.CaptureRules`).
     """
 
     judge: Judge
@@ -62,6 +63,7 @@ class ScoringOptions:
     tick_interval: float = DEFAULT_TICK_S
     worker: WorkerKind = "thread"
     decision_log: DecisionLog | None = None
+    capture_rules: CaptureRules = DEFAULT_RULES
 
     def __post_init__(self) -> None:
         if self.mode not in ("enrich", "link"):

@@ -197,7 +197,7 @@ class Pipeline:
         targets: dict[int, list[Evaluation]] = {}
         for span in spans:
             ctx = ids_of(span)[0]
-            if ctx is not None and span_role(span) == "retrieval":
+            if ctx is not None and span_role(span, self.options.capture_rules) == "retrieval":
                 targets[ctx[SPAN_ID]] = [evaluation]
         return targets
 
@@ -206,7 +206,9 @@ class Pipeline:
         their spans are emitted then, and the trace holds no span)."""
         self._judging().time_out(pending)
         if self.options.enrich:
-            self.emit_with_writes(pending.spans, writes_for(pending.evaluations, self.options.reason_max_chars))
+            writes = writes_for(pending.evaluations, self.options.reason_max_chars, pending.annotations,
+                                pending.rollups)
+            self.emit_with_writes(pending.spans, writes)
 
     def emit(self, spans: Iterable[ReadableSpan]) -> None:
         self.sink.emit(spans)

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from opentelemetry.metrics import MeterProvider
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ragtrace.capture import CaptureRules
+from ragtrace.capture.rules import QuerySource
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import is_local_judge, resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
@@ -75,13 +77,34 @@ class RagtraceSettings(BaseModel):
     reason_max_chars: int = Field(500, ge=1)
     drift: bool = True
     drift_interval: float = Field(30.0, gt=0, description="seconds between drift checks")
+    retrieval_tools: tuple[str, ...] = Field(
+        (), description="tool names (or fnmatch patterns) whose calls are retrievals; '!name': never one"
+    )
+    tool_separator: str = Field(
+        "\n\n", min_length=1, description="splits a named tool's plain-text result into documents"
+    )
+    query_source: QuerySource = Field(
+        "user", description="'user': judge against the user's question; 'retrieval': the retrieval's own query"
+    )
 
-    @field_validator("scorers", mode="before")
+    @field_validator("scorers", "retrieval_tools", mode="before")
     @classmethod
-    def _split_scorers(cls, value: Any) -> Any:
+    def _split_names(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
         return value
+
+    @field_validator("tool_separator", mode="before")
+    @classmethod
+    def _unescape_separator(cls, value: Any) -> Any:
+        """An env var cannot hold a newline easily: `\\n` and `\\t` in it stand for them."""
+        if isinstance(value, str):
+            value = value.replace("\\n", "\n").replace("\\t", "\t")
+        return value
+
+    def capture_rules(self) -> CaptureRules:
+        return CaptureRules(retrieval_tools=self.retrieval_tools, tool_separator=self.tool_separator,
+                            query_source=self.query_source)
 
     @field_validator("scorers")
     @classmethod
@@ -154,6 +177,7 @@ class RagtraceSettings(BaseModel):
             "concurrency": self.concurrency,
             "redactor": Redactor() if self.redact else None,
             "reason_max_chars": self.reason_max_chars,
+            "capture_rules": self.capture_rules(),
         }
         if self.worker is not None:
             options["worker"] = self.worker

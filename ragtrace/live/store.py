@@ -16,8 +16,9 @@ from typing import Literal
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import TraceFlags
+from opentelemetry.util.types import AttributeValue
 
-from ragtrace.live.enrich import Evaluation
+from ragtrace.live.enrich import Evaluation, Rollup
 
 AddResult = Literal["held", "late", "overflow", "turned_away", "passed"]
 # Why a span goes on without a sample: the limits turned its trace away, or its trace had closed already.
@@ -41,6 +42,7 @@ class SampleRef:
     target: int
     names: tuple[str, ...]
     retriever: str
+    agent: int | None = None  # the agent span whose roll-up counts this sample's evaluation
 
 
 @dataclass(slots=True)
@@ -56,6 +58,10 @@ class PendingTrace:
     waiting: dict[int, SampleRef] = field(default_factory=dict)
     # target span id -> evaluations to write on it (several samples may share a target)
     evaluations: dict[int, list[Evaluation]] = field(default_factory=dict)
+    # target span id -> what its samples say about themselves (query source, session); agent span id ->
+    # the roll-up of its retrievals
+    annotations: dict[int, dict[str, AttributeValue]] = field(default_factory=dict)
+    rollups: dict[int, Rollup] = field(default_factory=dict)
 
 
 class SpanStore:

@@ -14,7 +14,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import set_span_in_context
 
-from ragtrace.capture import CapturedSample, CaptureLimits, CaptureStats, capture_start, extract_samples, span_role
+from ragtrace.capture import (
+    DEFAULT_RULES,
+    CapturedSample,
+    CaptureLimits,
+    CaptureRules,
+    CaptureStats,
+    capture_start,
+    extract_samples,
+    span_role,
+)
 from ragtrace.capture.explain import explain, render
 from ragtrace.scoring import RagSample
 
@@ -29,10 +38,15 @@ KEYS = [
     "traceloop.span.kind", "traceloop.entity.name", "traceloop.entity.input", "traceloop.entity.output",
     "db.system", "db.operation", "db.system.name", "db.operation.name", "llm.request.type", "ragtrace.ground_truth",
     "llm.prompt_template.template", "llm.prompt_template.variables", "llm.model_name", "llm.token_count.completion",
-    "gen_ai.system_instructions",
+    "gen_ai.system_instructions", "gen_ai.tool.name", "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
+    "tool.name", "session.id", "gen_ai.conversation.id",
 ]
 EVENT_KEYS = ["db.query.result.document", "db.query.result.id", "db.query.result.score",
-              "db.query.result.distance", "db.query.result.metadata", "gen_ai.output.messages"]
+              "db.query.result.distance", "db.query.result.metadata", "gen_ai.output.messages",
+              "gen_ai.input.messages", "gen_ai.prompt", "gen_ai.completion", "content", "role", "message",
+              "message.content", "gen_ai.tool.call.result", "gen_ai.tool.call.arguments"]
+EVENT_NAMES = ["db.query.result", "gen_ai.client.inference.operation.details", "other", "gen_ai.content.prompt",
+               "gen_ai.content.completion", "gen_ai.user.message", "gen_ai.choice", "gen_ai.tool.message"]
 ROLE_WORDS = ["retrieval", "chat", "RETRIEVER", "LLM", "task", "tool", "chroma", "query", "user", "assistant",
               "retriever", "page_content"]
 
@@ -42,7 +56,7 @@ json_values = st.recursive(
     | st.dictionaries(st.sampled_from(["id", "score", "content", "role", "parts", "type", "text", "page_content",
                                        "kwargs", "documents", "query", "inputs", "outputs", "choices", "message",
                                        "node", "id_", "meta", "text_resource", "query_bundle", "query_str",
-                                       "replies"]),
+                                       "replies", "raw_output", "results", "tool_call_id", "task"]),
                       inner, max_size=4),
     max_leaves=6,
 )
@@ -61,14 +75,20 @@ MARKERS: list[dict[str, Any]] = [
     {"traceloop.span.kind": "task", "traceloop.entity.name": "retriever"}, {"llm.request.type": "chat"},
     {"db.system": "chroma", "db.operation": "query"}, {"db.system.name": "Qdrant", "db.operation.name": "search"},
     {"db.system": "postgresql", "db.operation": "query"}, {"db.system": "postgresql", "ragtrace.ground_truth": "gt"},
+    {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"},
+    {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.call.result": '["a text", {"content": "b"}]'},
+    {"openinference.span.kind": "TOOL", "tool.name": "search"}, {"openinference.span.kind": "AGENT"},
+    {"traceloop.span.kind": "tool", "traceloop.entity.name": "other_tool"}, {"gen_ai.operation.name": "invoke_agent"},
 ]
+# Named tools, a pattern and an exclusion: the rules change roles, never robustness.
+RULES = CaptureRules(retrieval_tools=("search", "other_*", "!s"), tool_separator="\n")
 attr_dicts = st.builds(
     lambda marker, rest: {**rest, **marker},
     st.sampled_from(MARKERS),
     st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=8), values, max_size=5),
 )
 event_lists = st.lists(
-    st.tuples(st.sampled_from(["db.query.result", "gen_ai.client.inference.operation.details", "other"]),
+    st.tuples(st.sampled_from(EVENT_NAMES),
               st.dictionaries(st.sampled_from(EVENT_KEYS), values, max_size=4)),
     max_size=3,
 )
@@ -84,9 +104,11 @@ _tracer = _provider.get_tracer("fuzz")
 _LIMITS = CaptureLimits(max_documents=3, max_context_chars=10, max_query_chars=10, max_response_chars=10)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(span_specs)
-def test_arbitrary_spans_never_raise(specs: list[tuple[dict[str, Any], list[Any], int, int, int]]) -> None:
+@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(span_specs, st.sampled_from([DEFAULT_RULES, RULES]))
+def test_arbitrary_spans_never_raise(
+    specs: list[tuple[dict[str, Any], list[Any], int, int, int]], rules: CaptureRules
+) -> None:
     _exporter.clear()
     made: list[Any] = []
     for attrs, events, start, duration, parent_index in specs:
@@ -99,16 +121,16 @@ def test_arbitrary_spans_never_raise(specs: list[tuple[dict[str, Any], list[Any]
         made.append(span)
     spans = list(_exporter.get_finished_spans())
     for finished in spans:
-        role = span_role(finished)
+        role = span_role(finished, rules)
         assert role in (None, "retrieval", "generation")
         # the live processor's hold decision: a retrieval exactly when span_role says so
         expected = "retrieval" if role == "retrieval" else (
             "ground_truth" if "ragtrace.ground_truth" in (finished.attributes or {}) else None
         )
-        assert capture_start(finished) == expected
+        assert capture_start(finished, rules) == expected
     stats = CaptureStats()
-    samples = extract_samples(spans, stats=stats, limits=_LIMITS)
-    retrievals = sum(1 for s in spans if span_role(s) == "retrieval")
+    samples = extract_samples(spans, stats=stats, limits=_LIMITS, rules=rules)
+    retrievals = sum(1 for s in spans if span_role(s, rules) == "retrieval")
     assert len(samples) <= retrievals
     for captured in samples:
         assert isinstance(captured, CapturedSample)
@@ -119,7 +141,7 @@ def test_arbitrary_spans_never_raise(specs: list[tuple[dict[str, Any], list[Any]
         assert all(len(c) <= 10 for c in sample.context_texts)
         json.loads(sample.model_dump_json())  # serialisable: no lone surrogates, no NaN scores
     assert "capture_error" not in stats.counts and "reader_error" not in stats.counts
-    for report in explain(spans, limits=_LIMITS):  # the explanation reads the same spans without raising
+    for report in explain(spans, limits=_LIMITS, rules=rules):  # the explanation reads the same spans without raising
         assert len(report.samples) <= retrievals
         assert {v.span_id for v in report.spans} <= {s.context.span_id for s in spans if s.context is not None}
-    assert isinstance(render(explain(spans, limits=_LIMITS)), str)
+    assert isinstance(render(explain(spans, limits=_LIMITS, rules=rules)), str)

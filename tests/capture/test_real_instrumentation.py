@@ -356,8 +356,9 @@ def test_langchain_multi_query_retriever(producer: str) -> None:
     assert answer_model.context is not None
     stats = CaptureStats()
     samples = extract_samples(spans, stats=stats)
-    assert [(c.retriever.split()[-1], c.sample.query) for c in samples] == [
-        ("MultiQuery", QUESTION), ("Warranty", VARIANTS[0]), ("Warranty", VARIANTS[1])]
+    # Each variant is judged against what the user asked; the variant itself stays on the sample.
+    assert [(c.retriever.split()[-1], c.sample.query, c.sample.metadata.get("retrieval_query")) for c in samples] == [
+        ("MultiQuery", QUESTION, None), ("Warranty", QUESTION, VARIANTS[0]), ("Warranty", QUESTION, VARIANTS[1])]
     for captured in samples:
         assert captured.sample.context_texts == WARRANTY
         assert (captured.generation_span_id, captured.pairing) == (answer_model.context.span_id, "contexts")
@@ -409,7 +410,8 @@ def test_langchain_agent_searching_twice_with_a_retriever_tool(producer: str) ->
     """An agent loop (what LangGraph's prebuilt agent runs): the model calls a retriever tool
     (`create_retriever_tool`), reads the result, calls it again with another query, then answers. The step
     that searched again quotes the first search's texts as fully as the answer does; both retrievals are
-    paired with the answer, the generation that used them, not with a step that only called a tool."""
+    paired with the answer, the generation that used them, not with a step that only called a tool, and
+    judged against the user's question rather than the tool's arguments."""
     pytest.importorskip("langchain_core")
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
     from langchain_core.documents import Document
@@ -451,8 +453,10 @@ def test_langchain_agent_searching_twice_with_a_retriever_tool(producer: str) ->
     assert answer.context is not None
     stats = CaptureStats()
     samples = extract_samples(spans, stats=stats)
-    assert [(c.sample.query, c.sample.context_texts) for c in samples] == [
-        ("warranty length", [WARRANTY[0]]), ("warranty claim", [WARRANTY[1]])]
+    # Judged against the user's question (the answer's own user message), the tool arguments kept aside.
+    question = "How long is the warranty and how do I claim it?"
+    assert [(c.sample.query, c.sample.metadata["retrieval_query"], c.sample.context_texts) for c in samples] == [
+        (question, "warranty length", [WARRANTY[0]]), (question, "warranty claim", [WARRANTY[1]])]
     for captured in samples:
         assert (captured.generation_span_id, captured.pairing) == (answer.context.span_id, "contexts")
         assert captured.sample.response == final

@@ -21,10 +21,11 @@ from typing import IO
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.util.types import AttributeValue
 
 from ragtrace.capture import CaptureStats, extract_samples
 from ragtrace.live.counts import decision_of
-from ragtrace.live.enrich import Evaluation, declined, timed_out, writes_for
+from ragtrace.live.enrich import Evaluation, Rollup, declined, sample_attributes, timed_out, writes_for
 from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
 from ragtrace.live.planning import Planner
 from ragtrace.live.scoring_process.protocol import (
@@ -87,6 +88,8 @@ class _Trace:
     decisions: Counter[str] = field(default_factory=Counter)
     waiting: dict[int, SampleRef] = field(default_factory=dict)
     evaluations: dict[int, list[Evaluation]] = field(default_factory=dict)
+    annotations: dict[int, dict[str, AttributeValue]] = field(default_factory=dict)
+    rollups: dict[int, Rollup] = field(default_factory=dict)
 
 
 class TraceScoring:
@@ -127,7 +130,7 @@ class TraceScoring:
 
     def _plan(self, arrival: int, trace: _Trace, spans: Sequence[ReadableSpan]) -> None:
         stats = CaptureStats()
-        samples = extract_samples(spans, extractor=self.settings.extractor, stats=stats)
+        samples = extract_samples(spans, extractor=self.settings.extractor, stats=stats, rules=self.settings.rules)
         trace.capture = dict(stats.counts)
         if not samples:
             trace.decisions["not_rag"] += 1
@@ -136,15 +139,19 @@ class TraceScoring:
         deadline = time.monotonic() + self.settings.score_deadline
         self._traces[arrival] = trace
         for key, captured in enumerate(samples):
+            if captured.agent_span_id is not None:
+                trace.rollups.setdefault(captured.agent_span_id, Rollup()).retrievals += 1
             planned = self._planner.plan(trace.trace_id, captured, by_id.get(captured.retrieval_span_id, spans[0]))
             if isinstance(planned, str):
                 trace.decisions[planned] += 1
                 if (why := declined(planned, self._model, self._prompt_version)) is not None:
                     trace.evaluations.setdefault(captured.retrieval_span_id, []).append(why)
+                    trace.annotations.setdefault(captured.retrieval_span_id, {}).update(sample_attributes(captured))
                 continue
             sample, scorers = planned
             ref = SampleRef(self._planner.target_of(captured, by_id, spans), tuple(s.name for s in scorers),
-                            captured.retriever)
+                            captured.retriever, captured.agent_span_id)
+            trace.annotations.setdefault(ref.target, {}).update(sample_attributes(captured))
             trace.waiting[key] = ref
             job = ScoreJob(sample, scorers, deadline, self._on_done(arrival, key))
             if not self.worker.submit(job):
@@ -176,6 +183,8 @@ class TraceScoring:
             if self.metrics is not None and (result.score is not None or result.skipped == "no_context"):
                 self.metrics.score(result, ref.retriever, (trace.trace_id, ref.target))
         trace.evaluations.setdefault(ref.target, []).append(evaluation)
+        if ref.agent is not None and (rollup := trace.rollups.get(ref.agent)) is not None:
+            rollup.evaluations.append(evaluation)
         if not trace.waiting:
             del self._traces[arrival]
             self._finish(trace)
@@ -188,7 +197,9 @@ class TraceScoring:
         trace.waiting = {}
         writes = [
             (span_id, attrs, plain_events(events))
-            for span_id, (attrs, events) in writes_for(trace.evaluations, self.settings.reason_max_chars).items()
+            for span_id, (attrs, events) in writes_for(
+                trace.evaluations, self.settings.reason_max_chars, trace.annotations, trace.rollups
+            ).items()
         ]
         self._answer(TraceAnswer(trace.trace_id, dict(trace.decisions), trace.capture, writes))
 

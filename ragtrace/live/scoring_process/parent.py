@@ -319,6 +319,7 @@ class ProcessJudging:
             target=options.target, score_deadline=options.score_deadline, max_queue=options.max_queue,
             concurrency=options.concurrency, redactor=options.redactor, extractor=options.extractor,
             reason_max_chars=options.reason_max_chars, record_metrics=options.metrics is not None,
+            rules=options.capture_rules,
         )
         try:
             self.process = ScoringProcess(settings)

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
 from ragtrace._sdk import IS_REMOTE, SPAN_ID, TRACE_FLAGS, TRACE_ID, span_fields
-from ragtrace.capture import Extractor
+from ragtrace.capture import DEFAULT_RULES, CaptureRules, Extractor
 from ragtrace.capture.values import attrs_of
 from ragtrace.judges.base import Judge
 from ragtrace.live.redaction import Redactor
@@ -56,6 +56,7 @@ class ChildSettings:
     extractor: Extractor | None
     reason_max_chars: int
     record_metrics: bool  # the app's process has metrics to replay the scores and judge calls on
+    rules: CaptureRules = DEFAULT_RULES
 
 
 @dataclass
