@@ -38,6 +38,7 @@ HANDBOOK: list[str] = _handbook.HANDBOOK
 CONTEXTS = HANDBOOK[:3]  # what the search tools return, in rank order
 SEARCH_QUERY = "X200 kettle warranty"  # the model's rewrite of the question: the tool's argument
 SESSION = "conv-1"
+ROLLUP = "ragtrace.agent."  # the agent roll-up's attributes
 SYSTEM = "Answer the customer's question from the product handbook."
 
 
@@ -76,11 +77,12 @@ def search_then_answer(tool: str = "search_handbook", argument: str = "query") -
 
 def assert_scored_retrieval(
     spans: list[ReceivedSpan], is_retrieval: Callable[[ReceivedSpan], bool], expected: RagSample, judge: Judge,
-    *, agent: str | None = None, retrieval_query: str | None = SEARCH_QUERY,
+    *, retrieval_query: str | None = SEARCH_QUERY,
 ) -> ReceivedSpan:
-    """Exactly one span is scored, the retrieval, as `evaluate(expected)`; no other span carries ragtrace's
-    attributes or evaluation events, except the roll-up on the agent span named `agent` (never a sample's
-    status). `retrieval_query`: the retrieval's own query, kept on the span."""
+    """Exactly one span is scored, the retrieval, as `evaluate(expected)`; the agent span it runs under (an
+    `invoke_agent` or OpenInference AGENT span; where there is none, at most a span above it) carries the
+    roll-up of that one retrieval; no other span carries ragtrace's attributes or evaluation events.
+    `retrieval_query`: the retrieval's own query, kept on the span."""
     assert all(n == 1 for n in Counter(s.span_id for s in spans).values()), "every span exported once"
     assert len({s.trace_id for s in spans}) == 1, "one trace"
     scored = [s for s in spans if "ragtrace.eval.status" in s.attributes]
@@ -95,15 +97,36 @@ def assert_scored_retrieval(
         [as_rewritten] = ragtrace.evaluate([rewritten], scorers=sorted(SCORERS), judge=judge).items
         assert any(attrs[f"ragtrace.{n}.score"] != pytest.approx(r.score) for n, r in as_rewritten.results.items())
     assert {e["gen_ai.evaluation.name"] for e in retrieval.event("gen_ai.evaluation.result")} == SCORERS
+    rollups = [s for s in spans if any(k.startswith(ROLLUP) for k in s.attributes)]
+    above = ancestors(retrieval, spans)
+    agents = [s for s in above if s.attributes.get("gen_ai.operation.name") == "invoke_agent"
+              or s.attributes.get("openinference.span.kind") == "AGENT"]
+    where = f"roll-ups on {[s.name for s in rollups]}; the trace: {outline(spans)}"
+    assert len(rollups) <= 1 and set(map(id, rollups)) <= set(map(id, agents or above)), where
+    assert bool(rollups) or not agents, f"a span the retrieval runs under is an agent's: {where}"
+    agent = rollups[0] if rollups else None
+    if agent is not None:
+        assert agent.attributes[f"{ROLLUP}retrievals"] == 1
+        for name in SCORERS:
+            assert agent.attributes[f"{ROLLUP}{name}.max"] == pytest.approx(attrs[f"ragtrace.{name}.score"])
     for span in spans:
         if span.span_id == retrieval.span_id:
             continue
-        if agent is not None and span.name == agent:
-            assert "ragtrace.eval.status" not in span.attributes, "the agent span is no sample"
-            continue
-        assert not [k for k in span.attributes if k.startswith("ragtrace.")], span.name
+        unexpected = [k for k in span.attributes if k.startswith("ragtrace.")
+                      and not (span is agent and k.startswith(ROLLUP))]
+        assert not unexpected, span.name
         assert not span.event("gen_ai.evaluation.result"), span.name
     return retrieval
+
+
+def ancestors(span: ReceivedSpan, spans: list[ReceivedSpan]) -> list[ReceivedSpan]:
+    """The spans `span` runs under, nearest first."""
+    by_id = {s.span_id: s for s in spans}
+    chain = []
+    while span.parent_span_id in by_id:
+        span = by_id[span.parent_span_id]
+        chain.append(span)
+    return chain
 
 
 def outline(spans: list[ReceivedSpan]) -> list[str]:
@@ -114,8 +137,9 @@ def outline(spans: list[ReceivedSpan]) -> list[str]:
 
 
 def assert_session(span: ReceivedSpan, session: str = SESSION) -> None:
-    """The conversation reaches the attributes the scores are written with."""
-    assert session in {span.attributes.get("session.id"), span.attributes.get("gen_ai.conversation.id")}
+    """The conversation reaches the attributes the scores are written with, and their evaluation events."""
+    assert span.attributes.get("ragtrace.session.id") == session
+    assert {e.get("gen_ai.conversation.id") for e in span.event("gen_ai.evaluation.result")} == {session}
 
 
 def expected_sample(contexts: list[str] = CONTEXTS) -> RagSample:
@@ -149,7 +173,7 @@ def test_pydantic_ai_tool_retrieval(
         assert agent.run_sync(QUESTION, conversation_id=SESSION).output == ANSWER
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "invoke_agent agent" for s in got))
     tool = assert_scored_retrieval(spans, lambda s: s.name == "execute_tool search_handbook", expected_sample(),
-                                   local_judge, agent="invoke_agent agent")
+                                   local_judge)
     assert json.loads(str(tool.attributes["gen_ai.tool.call.result"])) == CONTEXTS
     assert_session(tool)
 
@@ -187,8 +211,7 @@ def test_openai_agents_function_tool(
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "Agent workflow" and s.parent_span_id is None
                                                          for s in got))
     tool = assert_scored_retrieval(
-        spans, lambda s: s.attributes.get("openinference.span.kind") == "TOOL", expected_sample(), local_judge,
-        agent="Agent workflow")
+        spans, lambda s: s.attributes.get("openinference.span.kind") == "TOOL", expected_sample(), local_judge)
     assert tool.name == "search_handbook"
     assert_session(tool)
 
@@ -227,7 +250,7 @@ def test_smolagents_tool_calling_agent(
             instrumentor.uninstrument()
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "ToolCallingAgent.run" for s in got))
     assert_scored_retrieval(spans, lambda s: s.attributes.get("tool.name") == "search_handbook", expected_sample(),
-                            local_judge, agent="ToolCallingAgent.run")
+                            local_judge)
 
 
 # --- LangGraph under OpenInference and OpenLLMetry -----------------------------------------------------------
@@ -290,8 +313,7 @@ def test_langgraph_react_agent_with_a_retriever_tool(
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == root for s in got))
     run = [s for s in spans if s.trace_id == next(r.trace_id for r in spans if r.name == root)]
     retriever = LANGCHAIN_INSTRUMENTORS[producer][2]
-    scored_span = assert_scored_retrieval(run, lambda s: s.name == retriever, expected_sample(), local_judge,
-                                          agent=root)
+    scored_span = assert_scored_retrieval(run, lambda s: s.name == retriever, expected_sample(), local_judge)
     assert_session(scored_span)
 
 
@@ -342,7 +364,7 @@ def test_langgraph_graph_with_a_query_rewrite_node(
     root = LANGGRAPH_ROOTS[producer]
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == root for s in got))
     retriever = LANGCHAIN_INSTRUMENTORS[producer][2]
-    assert_scored_retrieval(spans, lambda s: s.name == retriever, expected_sample(), local_judge, agent=root)
+    assert_scored_retrieval(spans, lambda s: s.name == retriever, expected_sample(), local_judge)
 
 
 # --- Haystack under OpenInference: an Agent with a retriever as its tool -------------------------------------
@@ -386,7 +408,7 @@ def test_haystack_agent_with_a_retriever_tool(
             instrumentor.uninstrument()
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "Pipeline.run" for s in got))
     assert_scored_retrieval(spans, lambda s: s.name == "InMemoryBM25Retriever.run", expected_sample(ranked),
-                            local_judge, agent="Agent.run")
+                            local_judge)
 
 
 # --- LlamaIndex FunctionAgent / AgentWorkflow under OpenInference --------------------------------------------
@@ -450,5 +472,5 @@ def test_llamaindex_agent_with_a_search_tool(
             instrumentor.uninstrument()
     root = f"{runner}.run"
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == root for s in got))
-    assert_scored_retrieval(spans, lambda s: s.name == retrieval_span, expected_sample(), local_judge, agent=root,
+    assert_scored_retrieval(spans, lambda s: s.name == retrieval_span, expected_sample(), local_judge,
                             retrieval_query=retrieval_query)
