@@ -10,14 +10,22 @@ the worker, off the app's thread.
 
     python bench/capture_pairing.py                # k = 1, 4, 16
     python bench/capture_pairing.py --k 2 --rounds 20
+    python bench/capture_pairing.py --base ../main  # also another checkout's capture, same traces, same run
+
+With `--base DIR`, DIR's own copy of this script measures DIR's capture code in a child process, alternating
+with this tree's in rounds (each side in a process of its own: one process cannot import two `ragtrace`s);
+`vs_base` is this tree's median over the base's, per variant. Also measured: `span_role` over every span
+of the traces (the hot-path classification), per span.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,7 +37,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import set_span_in_context
 
-from ragtrace.capture import extract_samples
+from ragtrace.capture import extract_samples, span_role
 
 INPUT_KEYS = ("llm.input_messages.0.message.content", "llm.input_messages.1.message.content", "input.value")
 
@@ -93,8 +101,51 @@ def measure(k: int, traces: int, rounds: int) -> dict[str, object]:
                 extract_samples(spans)
             per_trace[name].append((time.process_time() - started) / traces * 1e6)
     evidence, time_only = (statistics.median(per_trace[n]) for n in ("evidence", "time only"))
+    spans = [span for batch in variants["evidence"] for span in batch]
+    per_span = []
+    for _ in range(rounds):
+        started = time.process_time()
+        for span in spans:
+            span_role(span)
+        per_span.append((time.process_time() - started) / len(spans) * 1e9)
     return {"k": k, "us_per_trace_evidence": round(evidence, 1), "us_per_trace_time_only": round(time_only, 1),
-            "ratio": round(evidence / time_only, 2), "rules": rules}
+            "ratio": round(evidence / time_only, 2), "ns_per_span_role": round(statistics.median(per_span)),
+            "rules": rules}
+
+
+_KEYS = ("us_per_trace_evidence", "us_per_trace_time_only", "ns_per_span_role")
+
+
+def against_base(base: Path, ks: list[int], traces: int, rounds: int) -> list[dict[str, object]]:
+    """This tree and `base` measured alternately (one round each, `rounds` times, order shuffled), medians
+    per side and the ratio this/base of each figure."""
+    script = base / "bench" / "capture_pairing.py"
+    here = Path(__file__).resolve()
+    env = {**os.environ, "PYTHONPATH": ""}
+    figures: dict[str, dict[int, dict[str, list[float]]]] = {"this": {}, "base": {}}
+    for _ in range(rounds):
+        sides = [("this", here, Path(__file__).resolve().parents[1]), ("base", script, base)]
+        random.shuffle(sides)
+        for side, path, cwd in sides:
+            argv = [sys.executable, str(path), "--k", *map(str, ks), "--traces", str(traces), "--rounds", "1"]
+            out = subprocess.run(argv, capture_output=True, text=True, check=True, cwd=cwd,
+                                 env={**env, "PYTHONPATH": str(cwd)}).stdout
+            for row in json.loads(out):
+                slot = figures[side].setdefault(int(row["k"]), {})
+                for key in _KEYS:
+                    if key in row:
+                        slot.setdefault(key, []).append(float(row[key]))
+    results: list[dict[str, object]] = []
+    for k in ks:
+        row: dict[str, object] = {"k": k}
+        for key in _KEYS:
+            mine, theirs = figures["this"][k].get(key), figures["base"][k].get(key)
+            if not mine or not theirs:
+                continue
+            row[key] = {"this": round(statistics.median(mine), 1), "base": round(statistics.median(theirs), 1),
+                        "vs_base": round(statistics.median(mine) / statistics.median(theirs), 3)}
+        results.append(row)
+    return results
 
 
 def main() -> None:
@@ -102,7 +153,11 @@ def main() -> None:
     parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--traces", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--base", type=Path, help="another checkout (e.g. main) to measure alongside this one")
     args = parser.parse_args()
+    if args.base is not None:
+        print(json.dumps(against_base(args.base.resolve(), args.k, args.traces, args.rounds), indent=1))
+        return
     print(json.dumps([measure(k, args.traces, args.rounds) for k in args.k], indent=1))
 
 

@@ -121,6 +121,11 @@ class _Trace:
         self.rules = rules
         self._session: tuple[str | None] | None = None
         self._run_inputs: dict[int, str | bool | None] = {}
+        self._probes: dict[int, list[str]] = {}
+        # The span that rolls up a trace's retrievals when no agent span is above them: the root, once the
+        # trace has several (set by the caller before sampling).
+        self.loop_root: _Node | None = None
+        self._agents: dict[int, _Node | None] = {}
         everything = [n for n in nodes if n.role == "generation"]
         generation_ids = {n.span_id for n in everything}
         # A generation with another generation below it wraps that model call: the inner one pairs.
@@ -202,8 +207,7 @@ class _Trace:
         candidates = self.candidates(retrieval)
         if not candidates:
             return None, "", "no generation started after the retrieval ended"
-        probes = [_probe(d.content) for d in reading.documents]
-        probes = [p for p in probes if len(p) >= MIN_EVIDENCE_CHARS]
+        probes = self.probes(retrieval, reading)
         query = _probe(reading.query or "")
         distance = self.distance_from(retrieval)
         best: tuple[tuple[float, bool, bool, bool, float, float], _Node] | None = None
@@ -250,13 +254,26 @@ class _Trace:
             found = next((text for w in around if (text := self.response(w, self.limits, notes))), "")
         return found
 
+    def probes(self, retrieval: _Node, reading: RetrievalReading) -> list[str]:
+        """The starts of a retrieval's texts that count as evidence when quoted, worked out once."""
+        found = self._probes.get(retrieval.span_id)
+        if found is None:
+            found = [p for p in (_probe(d.content) for d in reading.documents) if len(p) >= MIN_EVIDENCE_CHARS]
+            self._probes[retrieval.span_id] = found
+        return found
+
     def agent_of(self, node: _Node) -> _Node | None:
         """The nearest agent run above a span (GenAI invoke_agent, OpenInference AGENT, OpenLLMetry agent)."""
+        if node.span_id in self._agents:
+            return self._agents[node.span_id]
+        found = None
         for up in self.ancestors(node):
             above = self.by_id.get(up)
             if above is not None and readers.is_agent(above.span):
-                return above
-        return None
+                found = above
+                break
+        self._agents[node.span_id] = found
+        return found
 
     def user_question(
         self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
@@ -269,19 +286,25 @@ class _Trace:
         within more (smolagents' "New task:\n<question>") wraps it: the input is the question. Without a query
         of the retrieval's own to weigh them against, the sources are taken as they are (the generation's
         message even when paired by time)."""
-        probes = [p for p in (_probe(d.content) for d in reading.documents) if len(p) >= MIN_EVIDENCE_CHARS]
         own = _normalised(reading.query or "")
         strict = reading.query is not None
+
+        raw_own = (reading.query or "").strip()
 
         def is_question(text: str) -> bool:
             if not strict:
                 return True
-            flat = _normalised(text)
-            if any(p in flat for p in probes):
+            if raw_own and raw_own in text and raw_own != text.strip():  # the usual template, found unnormalised
                 return False
-            return not (own and own in flat and own != flat)
+            flat = _normalised(text)
+            if own and own in flat and own != flat:
+                return False
+            return not any(p in flat for p in self.probes(node, reading))
 
-        inputs = [(text, where) for text, where in self.run_inputs(node, notes) if is_question(text)]
+        run_inputs = self.run_inputs(node, notes)
+        if strict and any(_normalised(text) == own for text, _ in run_inputs):
+            return None  # the run was given the retrieval's query itself: no rewrite to undo
+        inputs = [(text, where) for text, where in run_inputs if is_question(text)]
         if generation is not None and (rule != "time" or not strict):
             try:
                 found = readers.read_user_message(generation.span, generation.shape, self.limits, notes)
@@ -333,13 +356,13 @@ class _Trace:
             return own, "retrieval (standalone form of a follow-up)"
         return question, where
 
-    def session(self, preferred: Sequence[_Node | None]) -> str | None:
-        """The conversation the trace belongs to: on the retrieval, its generation, the root, else any span."""
-        for node in preferred:
-            if node is not None and (found := readers.read_session(node.span)) is not None:
-                return found
+    def session(self) -> str | None:
+        """The conversation the trace belongs to (one trace, one conversation): the root's, else the first
+        span's that says (Pydantic AI writes it on every span, OpenLLMetry on the root only)."""
         if self._session is None:
-            self._session = (next((f for n in self.nodes if (f := readers.read_session(n.span)) is not None), None),)
+            first = [self.root] if self.root is not None else []
+            self._session = (next((f for n in first + self.nodes if (f := readers.read_session(n.span)) is not None),
+                                  None),)
         return self._session[0]
 
     def ground_truth(self, preferred: Sequence[_Node | None], notes: set[str]) -> str | None:
@@ -410,7 +433,7 @@ def _sample(
     if FROM_EVENTS in notes:
         notes.discard(FROM_EVENTS)
         metadata[FROM_EVENTS] = True
-    session = trace.session([node, generation, trace.root])
+    session = trace.session()
     if session is not None:
         metadata["session_id"] = cut(session, 256, set(), "")
     if generation is not None:
@@ -429,7 +452,7 @@ def _sample(
         ),
         metadata=metadata,
     )
-    agent = trace.agent_of(node)
+    agent = trace.agent_of(node) or trace.loop_root
     return CapturedSample(
         sample=sample,
         trace_id=node.trace_id,
@@ -570,6 +593,8 @@ def _builtin(
         mine = CaptureStats() if reports is not None else stats
         read = _read_retrievals(trace, limits, mine)
         _drop_nested(trace, read, mine)
+        if len(read) > 1:  # a loop with no agent span above it: the root rolls its retrievals up
+            trace.loop_root = trace.root
         found: list[CapturedSample] = []
         for node, reading, notes in read.values():
             try:
@@ -587,9 +612,6 @@ def _builtin(
                 found.append(captured)
             elif trace.verdicts is not None:
                 trace.note(node, "no sample (" + ", ".join(sorted(notes)) + ")")
-        if len(found) > 1 and trace.root is not None:  # a loop with no agent span: the root rolls them up
-            found = [c if c.agent_span_id is not None else dataclasses.replace(c, agent_span_id=trace.root.span_id)
-                     for c in found]
         samples.extend(found)
         if reports is not None:
             stats.counts.update(mine.counts)

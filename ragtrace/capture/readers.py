@@ -137,6 +137,8 @@ def read_user_message(span: ReadableSpan, shape: str, limits: CaptureLimits, not
 def read_input(span: ReadableSpan, limits: CaptureLimits, notes: set[str]) -> str | None:
     """The user's question as a trace's root span records it, whatever the convention."""
     attrs = attrs_of(span)
+    if not attrs and not span.events:
+        return None
     found = openinference.input_query(attrs, limits, notes)
     if found is None and span.events:
         found = genai.user_message(span, attrs, limits, notes)
@@ -177,14 +179,18 @@ def read_input_texts(span: ReadableSpan, limits: CaptureLimits) -> list[str]:
 
 AGENT_OPERATIONS = frozenset({"invoke_agent"})
 AGENT_KINDS = frozenset({"AGENT"})
+_AGENT_MARKERS = frozenset({genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND})
 # Where a trace says which conversation it belongs to, best first (OpenInference, GenAI, OpenLLMetry).
 SESSION_KEYS = ("session.id", "gen_ai.conversation.id", "traceloop.association.properties.session_id",
                 "traceloop.association.properties.conversation_id")
+_SESSION_KEYS = frozenset(SESSION_KEYS)
 
 
 def is_agent(span: ReadableSpan) -> bool:
     """An agent's run: GenAI `invoke_agent`, OpenInference `AGENT`, OpenLLMetry `agent`."""
     attrs = attrs_of(span)
+    if _AGENT_MARKERS.isdisjoint(attrs):
+        return False
     operation, kind = attrs.get(genai.OPERATION), attrs.get(openinference.KIND)
     traceloop = attrs.get(openllmetry.SPAN_KIND)
     return (
@@ -197,6 +203,8 @@ def is_agent(span: ReadableSpan) -> bool:
 def read_session(span: ReadableSpan) -> str | None:
     """The conversation a span belongs to, when it says."""
     attrs = attrs_of(span)
+    if _SESSION_KEYS.isdisjoint(attrs):  # one C-level pass: most spans say nothing
+        return None
     for key in SESSION_KEYS:
         value = attrs.get(key)
         if isinstance(value, str) and value.strip():

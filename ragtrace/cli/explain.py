@@ -11,14 +11,16 @@ from typing import Any
 def run(args: argparse.Namespace) -> int:
     """`ragtrace explain FILE`: the capture code's report on each trace of the file, as text."""
     from ragtrace.capture.explain import explain, render
+    from ragtrace.cli.options import UsageError, capture_rules_of
     from ragtrace.offline.replay import ReplayError, read_spans
 
     try:
         spans = read_spans(args.file, format=args.format)
-    except ReplayError as exc:
+        rules = capture_rules_of(args)
+    except (ReplayError, UsageError) as exc:
         sys.stderr.write(f"ragtrace explain: {exc}\n")
         return 2
-    reports = explain(spans)
+    reports = explain(spans, rules=rules)
     if args.trace:
         wanted = args.trace.lower()
         reports = [r for r in reports if f"{r.trace_id:032x}".startswith(wanted)]
@@ -45,6 +47,9 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
                         help="json: one request per line; proto: one message or length-delimited messages")
     parser.add_argument("--trace", help="only the trace whose hex id starts with this")
     parser.add_argument("--width", type=int, default=200, help="cut texts longer than this (default 200)")
+    from ragtrace.cli.options import add_capture_options
+
+    add_capture_options(parser)
     parser.set_defaults(func=run)
     return parser
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ragtrace.capture import CaptureRules
 from ragtrace.judges import Judge
 from ragtrace.judges.resolve import is_local_judge, resolve_judge
 from ragtrace.offline.dataset import MAX_LINE_BYTES
@@ -94,8 +95,36 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     output.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (table to stderr)")
     output.add_argument("--quiet", action="store_true", help="no progress output")
     output.add_argument(
+        "--by-session", action="store_true",
+        help="also summarise per conversation (session.id / gen_ai.conversation.id of a trace, a dataset's "
+        "session_id column); items without one are grouped under '-'",
+    )
+    output.add_argument(
         "--max-line-bytes", type=int, default=MAX_LINE_BYTES, help=f"longest input line (default {MAX_LINE_BYTES})"
     )
+
+
+def add_capture_options(parser: argparse.ArgumentParser) -> None:
+    """How spans are read (`ragtrace.capture.CaptureRules`): `replay` and `explain`."""
+    capture = parser.add_argument_group("capture (as RAGTRACE_RETRIEVAL_TOOLS, _TOOL_SEPARATOR, _QUERY_SOURCE)")
+    capture.add_argument("--retrieval-tools", default="", metavar="NAMES",
+                         help="comma-separated tool names or patterns whose calls are retrievals; '!name': never")
+    capture.add_argument("--tool-separator", default="\\n\\n",
+                         help="splits a named tool's plain-text result into documents (default '\\n\\n'; "
+                         "'\\n': one per line)")
+    capture.add_argument("--query-source", choices=("user", "retrieval"), default="user",
+                         help="judge against the user's question (default) or the retrieval's own query")
+
+
+def capture_rules_of(args: argparse.Namespace) -> CaptureRules:
+    try:
+        return CaptureRules(
+            retrieval_tools=tuple(t.strip() for t in args.retrieval_tools.split(",") if t.strip()),
+            tool_separator=args.tool_separator.replace("\\n", "\n").replace("\\t", "\t"),
+            query_source=args.query_source,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

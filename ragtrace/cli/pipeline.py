@@ -36,7 +36,7 @@ from ragtrace.cli.options import (
 )
 from ragtrace.cli.progress import Progress
 from ragtrace.cli.records import EvalItem, item_record, item_result, open_out_file, read_out_file, write_record
-from ragtrace.cli.summary import format_table, summary_json
+from ragtrace.cli.summary import format_sessions, format_table, summary_json
 from ragtrace.judges import Judge
 from ragtrace.offline.compare import Comparison, compare, format_comparison, load_results, record_key
 from ragtrace.offline.dataset import DatasetError
@@ -87,6 +87,8 @@ class Summary:
     evaluated: int
     resumed: int
     interrupted: bool
+    # With --by-session: per conversation, per scorer (items without one under NO_SESSION).
+    sessions: dict[str, dict[str, ScorerSummary]] | None = None
 
     @property
     def results(self) -> list[ItemResult]:
@@ -195,7 +197,22 @@ def summarise(
         comparison = compare(
             run.baseline, current, run.names, baseline_name=args.compare, alpha=args.alpha, worst=args.worst
         )
-    return Summary(ordered, summaries, usage, comparison, len(new), len(resumed.results), interrupted)
+    sessions = by_session(ordered, run.names) if getattr(args, "by_session", False) else None
+    return Summary(ordered, summaries, usage, comparison, len(new), len(resumed.results), interrupted, sessions)
+
+
+NO_SESSION = "-"
+
+
+def by_session(ordered: list[tuple[EvalItem, ItemResult]], names: list[str]) -> dict[str, dict[str, ScorerSummary]]:
+    """Each conversation's items summarised per scorer, conversations in order of first appearance."""
+    groups: dict[str, list[ItemResult]] = {}
+    for item, result in ordered:
+        session = item.sample.metadata.get("session_id")
+        groups.setdefault(session if isinstance(session, str) and session else NO_SESSION, []).append(result)
+    return {session: {name: ScorerSummary.of([r.results[name] for r in results if name in r.results])
+                      for name in names}
+            for session, results in groups.items()}
 
 
 def gate(run: Run, summary: Summary, args: argparse.Namespace) -> Verdict:
@@ -232,6 +249,7 @@ def report(
             command=run.command, source=run.source, items=summary.results, summaries=summary.summaries,
             usage=summary.usage, thresholds=run.thresholds, comparison=summary.comparison,
             evaluated=summary.evaluated, resumed=summary.resumed, interrupted=summary.interrupted,
+            sessions=summary.sessions,
             elapsed=time.monotonic() - run.started, exit_code=verdict.code,
         )
         payload["error_rate_exceeded"] = verdict.too_many_errors
@@ -250,6 +268,8 @@ def _write_text(
         kept = f" (results kept in {run.out})" if run.out else ""
         text.write(f"interrupted: partial summary over {len(summary.ordered)} of {len(run.items)} items{kept}\n")
     text.write(format_table(summary.summaries, summary.usage, run.thresholds) + "\n")
+    if summary.sessions is not None:
+        text.write(format_sessions(summary.sessions) + "\n")
     for threshold in run.thresholds:
         if not threshold.passed:
             mean = "no scored items" if threshold.mean is None else f"mean {threshold.mean:.3f}"

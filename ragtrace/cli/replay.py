@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ragtrace.cli.options import UsageError, add_run_options
+from ragtrace.cli.options import UsageError, add_capture_options, add_run_options, capture_rules_of
 from ragtrace.cli.pipeline import score_items
 from ragtrace.cli.records import EvalItem
 from ragtrace.cli.summary import format_counts
@@ -25,6 +25,7 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
         help="json: one request per line; proto: one message or length-delimited messages (default: sniff)",
     )
     add_run_options(parser)
+    add_capture_options(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -35,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
 
     def load() -> list[EvalItem]:
         try:
-            replayed = replay_file(args.file, format=args.format, max_line_bytes=args.max_line_bytes)
+            replayed = replay_file(args.file, format=args.format, max_line_bytes=args.max_line_bytes,
+                                   rules=capture_rules_of(args))
         except ReplayError as exc:
             raise UsageError(str(exc)) from None
         if not args.quiet:

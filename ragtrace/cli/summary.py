@@ -17,6 +17,15 @@ def format_counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "0"
 
 
+def _aligned(rows: list[list[str]]) -> list[str]:
+    """Rows as text columns (the first left-aligned, the rest right-aligned), a rule under the header."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
 def format_table(summaries: dict[str, ScorerSummary], usage: JudgeUsage, thresholds: Sequence[Threshold]) -> str:
     """The human summary: one row per scorer, then what the judge spent."""
     by_name = {t.scorer: t for t in thresholds}
@@ -30,15 +39,25 @@ def format_table(summaries: dict[str, ScorerSummary], usage: JudgeUsage, thresho
             format_number(s.pass_rate, pct=True), f"{s.scored}/{s.count}", format_counts(s.skipped),
             format_counts(s.errors), verdict,
         ])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-             for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = _aligned(rows)
     cost = "n/a" if usage.cost_usd is None else f"${usage.cost_usd:.4f}"
     lines.append(
         f"judge {usage.model or '?'}: {usage.calls} calls, {usage.input_tokens} input + {usage.output_tokens} "
         f"output tokens, cost {cost}, {usage.cache_hits} cache hits"
     )
+    return "\n".join(lines)
+
+
+def format_sessions(sessions: dict[str, dict[str, ScorerSummary]]) -> str:
+    """`--by-session`: one row per conversation, its item count and each scorer's mean and pass rate."""
+    names = list(next(iter(sessions.values()), {}))
+    header = ["session", "items", *(f"{n} mean/pass" for n in names)]
+    rows = [header]
+    for session, summaries in sessions.items():
+        count = max((s.count for s in summaries.values()), default=0)
+        rows.append([session, str(count), *(
+            f"{format_number(summaries[n].mean)}/{format_number(summaries[n].pass_rate, pct=True)}" for n in names)])
+    lines = _aligned(rows)
     return "\n".join(lines)
 
 
@@ -56,6 +75,7 @@ def summary_json(
     interrupted: bool,
     elapsed: float,
     exit_code: int,
+    sessions: dict[str, dict[str, ScorerSummary]] | None = None,
 ) -> dict[str, Any]:
     by_name = {t.scorer: t for t in thresholds}
     scorers: dict[str, Any] = {}
@@ -78,7 +98,9 @@ def summary_json(
         "thresholds": [{"scorer": t.scorer, "min": t.minimum, "mean": t.mean, "passed": t.passed} for t in thresholds],
         "compare": comparison.model_dump(mode="json") if comparison is not None else None,
         "exit_code": exit_code,
+        **({"sessions": {session: {name: s.model_dump(mode="json") for name, s in summaries.items()}
+                         for session, summaries in sessions.items()}} if sessions is not None else {}),
     }
 
 
-__all__ = ["format_counts", "format_table", "summary_json"]
+__all__ = ["format_counts", "format_sessions", "format_table", "summary_json"]

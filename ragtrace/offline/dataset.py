@@ -153,12 +153,16 @@ def row_to_sample(
     if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, str | int)):
         fail(id_field)(f"expected a string or integer, got {type(raw_id).__name__}")
     item_id = str(raw_id) if raw_id not in (None, "") else None
+    metadata: dict[str, Any] = {"id": item_id} if item_id is not None else {}
+    session = row.get("session_id")  # groups the summary with --by-session
+    if isinstance(session, str | int) and not isinstance(session, bool) and str(session).strip():
+        metadata["session_id"] = str(session)
     sample = RagSample(
         query=query,
         contexts=contexts,
         response=texts["response"] or "",
         ground_truth=texts["ground_truth"],
-        metadata={"id": item_id} if item_id is not None else {},
+        metadata=metadata,
     )
     return item_id, sample
 

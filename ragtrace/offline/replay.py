@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from ragtrace.capture import CaptureStats, extract_samples
+from ragtrace.capture import DEFAULT_RULES, CaptureRules, CaptureStats, extract_samples
 from ragtrace.offline.dataset import MAX_LINE_BYTES, DatasetError, read_json_documents
 from ragtrace.scoring import RagSample
 
@@ -65,6 +65,7 @@ class ReplayedSample:
             "span_id": f"{self.span_id:016x}",
             "start_time_unix_nano": self.start_time_unix_nano,
             "convention": self.convention,
+            "session_id": self.sample.metadata.get("session_id"),
         }
 
 
@@ -350,7 +351,9 @@ def _sniff(path: Path) -> str:
 # ---------------------------------------------------------------- spans -> samples
 
 
-def samples_from_spans(spans: Sequence[ReadableSpan], stats: CaptureStats | None = None) -> list[ReplayedSample]:
+def samples_from_spans(
+    spans: Sequence[ReadableSpan], stats: CaptureStats | None = None, rules: CaptureRules = DEFAULT_RULES
+) -> list[ReplayedSample]:
     """Group by trace id and run the live capture code on each trace, in order of first appearance."""
     stats = stats if stats is not None else CaptureStats()
     traces: dict[int, list[ReadableSpan]] = {}
@@ -363,7 +366,7 @@ def samples_from_spans(spans: Sequence[ReadableSpan], stats: CaptureStats | None
         by_id.setdefault((context.trace_id, context.span_id), span)
     samples = []
     for trace_spans in traces.values():
-        for captured in extract_samples(trace_spans, stats=stats):
+        for captured in extract_samples(trace_spans, stats=stats, rules=rules):
             retrieval = by_id.get((captured.trace_id, captured.retrieval_span_id))
             samples.append(
                 ReplayedSample(
@@ -402,11 +405,13 @@ def read_spans(path: str | Path, *, format: str = "auto", max_line_bytes: int = 
     return spans
 
 
-def replay_file(path: str | Path, *, format: str = "auto", max_line_bytes: int = MAX_LINE_BYTES) -> Replay:
+def replay_file(
+    path: str | Path, *, format: str = "auto", max_line_bytes: int = MAX_LINE_BYTES, rules: CaptureRules = DEFAULT_RULES
+) -> Replay:
     """Read an export file and capture its samples, ordered by retrieval start time."""
     spans = read_spans(path, format=format, max_line_bytes=max_line_bytes)
     stats = CaptureStats()
-    samples = samples_from_spans(spans, stats)
+    samples = samples_from_spans(spans, stats, rules)
     traces = len({s.context.trace_id for s in spans if s.context is not None})
     return Replay(samples=samples, spans=len(spans), traces=traces, skipped=dict(stats.counts))
 

@@ -291,3 +291,19 @@ def test_llm_judge_call_options_from_the_command_line(
 
     assert main(["eval", str(data), "--judge", "local", "--judge-timeout", "5", "--quiet"]) == 2
     assert "apply to a litellm judge" in capsys.readouterr().err
+
+
+def test_by_session_summarises_each_conversation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = make_rows(6)
+    for i, row in enumerate(rows):
+        if i < 4:
+            row["session_id"] = "conv-a" if i % 2 == 0 else "conv-b"
+    data = write_jsonl(tmp_path / "data.jsonl", rows)
+    code, stdout, stderr = run(capsys, str(data), "--by-session", "--json", "--scorers", "context_precision")
+    assert code == 0, stderr
+    sessions = json.loads(stdout)["sessions"]
+    assert {name: s["context_precision"]["count"] for name, s in sessions.items()} == {
+        "conv-a": 2, "conv-b": 2, "-": 2}
+    expected = expected_precision_mean([rows[0], rows[2]])
+    assert sessions["conv-a"]["context_precision"]["mean"] == expected
+    assert "session" in stderr and "conv-b" in stderr  # the table (on stderr with --json)
