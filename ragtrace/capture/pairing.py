@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -562,6 +563,7 @@ def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> 
     """Every span's verdict in start order; spans no rule touched say why they were passed over."""
     assert trace.verdicts is not None
     sampled = {c.retrieval_span_id: i for i, c in enumerate(samples, start=1)}
+    rolled = Counter(c.agent_span_id for c in samples if c.agent_span_id is not None)
     verdicts = []
     for node in sorted(trace.nodes, key=lambda n: n.sort_key):
         said = trace.verdicts.get(node.span_id)
@@ -575,6 +577,8 @@ def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> 
                 said = "consumed no retrieval of this trace"
             elif node.role == "retrieval":
                 said = "passed over"
+            elif node.span_id in rolled:
+                said = f"agent run: gets the roll-up of its {rolled[node.span_id]} retrieval(s) (ragtrace.agent.*)"
             else:
                 said = readers.describe_unclassified(node.span, trace.rules) or "not a retrieval or a generation"
         verdicts.append(
