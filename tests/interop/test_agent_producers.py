@@ -178,6 +178,51 @@ def test_pydantic_ai_tool_retrieval(
     assert_session(tool)
 
 
+def test_pydantic_ai_agent_searching_twice(
+    otlp_receiver: OtlpReceiver, local_judge: Judge, placement: str, model: JudgeServer
+) -> None:
+    """An agent loop: the model searches, searches again with another query, then answers. Each search is
+    a sample of its own (the user's question, that search's documents, the final answer); the agent span
+    gets the roll-up of both: how many, and per scorer the best and the mean."""
+    from pydantic_ai import Agent, InstrumentationSettings
+    from pydantic_ai.capabilities import Instrumentation
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    found = {"kettle returns": [HANDBOOK[1], HANDBOOK[3]], SEARCH_QUERY: [HANDBOOK[0], HANDBOOK[2]]}
+    model.script(*(CallTool("search_handbook", {"query": query}) for query in found), Say(ANSWER))
+    with scored("pydantic-ai-loop", otlp_receiver, local_judge, placement) as provider:
+        chat = OpenAIChatModel("local-model", provider=OpenAIProvider(base_url=model.url + "/v1", api_key="sk-test"))
+        agent = Agent(chat, instructions=SYSTEM,
+                      capabilities=[Instrumentation(InstrumentationSettings(tracer_provider=provider))])
+
+        @agent.tool_plain
+        def search_handbook(query: str) -> list[str]:
+            """Search the product handbook."""
+            return found[query]
+
+        assert agent.run_sync(QUESTION).output == ANSWER
+    spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "invoke_agent agent" for s in got))
+    searches = sorted((s for s in spans if s.name == "execute_tool search_handbook"),
+                      key=lambda s: s.start_time_unix_nano)
+    scored_spans = {s.span_id for s in spans if "ragtrace.eval.status" in s.attributes}
+    assert scored_spans == {s.span_id for s in searches}, outline(spans)
+    scores: dict[str, list[float]] = {name: [] for name in SCORERS}
+    for search, query in zip(searches, found, strict=True):
+        assert search.attributes["ragtrace.retrieval.query"] == query
+        assert_scored_as_evaluate(search.attributes, expected_sample(found[query]), local_judge)
+        for name in SCORERS:
+            scores[name].append(float(search.attributes[f"ragtrace.{name}.score"]))
+    [agent_span] = [s for s in spans if s.name == "invoke_agent agent"]
+    assert agent_span.attributes[f"{ROLLUP}retrievals"] == 2
+    for name, values in scores.items():
+        assert agent_span.attributes[f"{ROLLUP}{name}.max"] == pytest.approx(max(values))
+        assert agent_span.attributes[f"{ROLLUP}{name}.mean"] == pytest.approx(sum(values) / 2, abs=0.01)
+    for span in spans:
+        if span not in searches and span is not agent_span:
+            assert not [k for k in span.attributes if k.startswith("ragtrace.")], span.name
+
+
 # --- OpenAI Agents SDK under OpenInference (function tools) --------------------------------------------------
 
 
