@@ -149,27 +149,34 @@ def expected_sample(contexts: list[str] = CONTEXTS) -> RagSample:
 # --- Pydantic AI: native OTel instrumentation (GenAI execute_tool spans) -------------------------------------
 
 
-def test_pydantic_ai_tool_retrieval(
-    otlp_receiver: OtlpReceiver, local_judge: Judge, placement: str, model: JudgeServer
-) -> None:
-    """`@agent.tool_plain` search tool: the `execute_tool search_handbook` span (arguments and result as
-    GenAI attributes) is the retrieval."""
+def pydantic_ai_agent(provider: TracerProvider, model_url: str, search: Callable[[str], list[str]]) -> Any:
+    """A Pydantic AI agent on the local model, traced by its own instrumentation through `provider`, with
+    `search` as its `search_handbook` tool."""
     from pydantic_ai import Agent, InstrumentationSettings
     from pydantic_ai.capabilities import Instrumentation
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
+    chat = OpenAIChatModel("local-model", provider=OpenAIProvider(base_url=model_url + "/v1", api_key="sk-test"))
+    agent = Agent(chat, instructions=SYSTEM,
+                  capabilities=[Instrumentation(InstrumentationSettings(tracer_provider=provider))])
+
+    @agent.tool_plain
+    def search_handbook(query: str) -> list[str]:
+        """Search the product handbook."""
+        return search(query)
+
+    return agent
+
+
+def test_pydantic_ai_tool_retrieval(
+    otlp_receiver: OtlpReceiver, local_judge: Judge, placement: str, model: JudgeServer
+) -> None:
+    """`@agent.tool_plain` search tool: the `execute_tool search_handbook` span (arguments and result as
+    GenAI attributes) is the retrieval."""
     model.script(*search_then_answer())
     with scored("pydantic-ai", otlp_receiver, local_judge, placement) as provider:
-        chat = OpenAIChatModel("local-model", provider=OpenAIProvider(base_url=model.url + "/v1", api_key="sk-test"))
-        agent = Agent(chat, instructions=SYSTEM,
-                      capabilities=[Instrumentation(InstrumentationSettings(tracer_provider=provider))])
-
-        @agent.tool_plain
-        def search_handbook(query: str) -> list[str]:
-            """Search the product handbook."""
-            return CONTEXTS
-
+        agent = pydantic_ai_agent(provider, model.url, lambda query: CONTEXTS)
         assert agent.run_sync(QUESTION, conversation_id=SESSION).output == ANSWER
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "invoke_agent agent" for s in got))
     tool = assert_scored_retrieval(spans, lambda s: s.name == "execute_tool search_handbook", expected_sample(),
@@ -184,23 +191,10 @@ def test_pydantic_ai_agent_searching_twice(
     """An agent loop: the model searches, searches again with another query, then answers. Each search is
     a sample of its own (the user's question, that search's documents, the final answer); the agent span
     gets the roll-up of both: how many, and per scorer the best and the mean."""
-    from pydantic_ai import Agent, InstrumentationSettings
-    from pydantic_ai.capabilities import Instrumentation
-    from pydantic_ai.models.openai import OpenAIChatModel
-    from pydantic_ai.providers.openai import OpenAIProvider
-
     found = {"kettle returns": [HANDBOOK[1], HANDBOOK[3]], SEARCH_QUERY: [HANDBOOK[0], HANDBOOK[2]]}
     model.script(*(CallTool("search_handbook", {"query": query}) for query in found), Say(ANSWER))
     with scored("pydantic-ai-loop", otlp_receiver, local_judge, placement) as provider:
-        chat = OpenAIChatModel("local-model", provider=OpenAIProvider(base_url=model.url + "/v1", api_key="sk-test"))
-        agent = Agent(chat, instructions=SYSTEM,
-                      capabilities=[Instrumentation(InstrumentationSettings(tracer_provider=provider))])
-
-        @agent.tool_plain
-        def search_handbook(query: str) -> list[str]:
-            """Search the product handbook."""
-            return found[query]
-
+        agent = pydantic_ai_agent(provider, model.url, found.__getitem__)
         assert agent.run_sync(QUESTION).output == ANSWER
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "invoke_agent agent" for s in got))
     searches = sorted((s for s in spans if s.name == "execute_tool search_handbook"),
