@@ -65,8 +65,16 @@ def _names(span: ReadableSpan, attrs: Attrs) -> str:
     return f"{span.name or ''} {entity if isinstance(entity, str) else ''}".lower()
 
 
+# OpenLLMetry 0.62's operation for a graph node or chain step: named after the app's node ("retrieve"), which
+# says nothing about whether the step is the retriever (its retriever callback is `vector_db_retrieve`).
+NODE_OPERATION = "execute_task"
+
+
 def is_named_retriever(span: ReadableSpan, attrs: Attrs) -> bool:
-    """A span or entity named like a retriever (`VectorIndexRetriever.task`, `vector_db_retrieve ...`)."""
+    """A span or entity named like a retriever (`VectorIndexRetriever.task`, `vector_db_retrieve ...`); not
+    a graph node the app happened to call `retrieve`."""
+    if attrs.get("gen_ai.operation.name") == NODE_OPERATION:
+        return False
     return any(word in _names(span, attrs) for word in RETRIEVER_WORDS)
 
 

@@ -123,9 +123,6 @@ class _Trace:
         self._session: tuple[str | None] | None = None
         self._run_inputs: dict[int, str | bool | None] = {}
         self._probes: dict[int, list[str]] = {}
-        # The span that rolls up a trace's retrievals when no agent span is above them: the root, once the
-        # trace has several (set by the caller before sampling).
-        self.loop_root: _Node | None = None
         self._agents: dict[int, _Node | None] = {}
         everything = [n for n in nodes if n.role == "generation"]
         generation_ids = {n.span_id for n in everything}
@@ -453,7 +450,7 @@ def _sample(
         ),
         metadata=metadata,
     )
-    agent = trace.agent_of(node) or trace.loop_root
+    agent = trace.agent_of(node)
     return CapturedSample(
         sample=sample,
         trace_id=node.trace_id,
@@ -559,6 +556,17 @@ def _drop_nested(trace: _Trace, read: _Read, stats: CaptureStats) -> None:
         del read[span_id]
 
 
+def _rolled_up_on_root(trace: _Trace, found: list[CapturedSample]) -> list[CapturedSample]:
+    """Several searches for one question with no agent span above them (an agent loop its framework does
+    not mark, a multi-query retriever) roll up on the root; retrievals for different questions (a batch of
+    requests in one trace) do not."""
+    loose = [c for c in found if c.agent_span_id is None]
+    if len(loose) < 2 or trace.root is None or len({c.sample.query for c in loose}) > 1:
+        return found
+    root = trace.root.span_id
+    return [c if c.agent_span_id is not None else dataclasses.replace(c, agent_span_id=root) for c in found]
+
+
 def _verdicts(trace: _Trace, read: _Read, samples: Sequence[CapturedSample]) -> list[SpanVerdict]:
     """Every span's verdict in start order; spans no rule touched say why they were passed over."""
     assert trace.verdicts is not None
@@ -597,8 +605,6 @@ def _builtin(
         mine = CaptureStats() if reports is not None else stats
         read = _read_retrievals(trace, limits, mine)
         _drop_nested(trace, read, mine)
-        if len(read) > 1:  # a loop with no agent span above it: the root rolls its retrievals up
-            trace.loop_root = trace.root
         found: list[CapturedSample] = []
         for node, reading, notes in read.values():
             try:
@@ -616,7 +622,7 @@ def _builtin(
                 found.append(captured)
             elif trace.verdicts is not None:
                 trace.note(node, "no sample (" + ", ".join(sorted(notes)) + ")")
-        samples.extend(found)
+        samples.extend(_rolled_up_on_root(trace, found))
         if reports is not None:
             stats.counts.update(mine.counts)
             reports.append(TraceReport(trace_id, _verdicts(trace, read, found), found, mine.counts))

@@ -29,7 +29,7 @@ class CapturedSample:
     # How the generation was chosen: "contexts" or "query" (its input quotes them), "time" (the fallback).
     pairing: str = ""
     # The agent run the retrieval belongs to (the nearest invoke_agent / AGENT span above it; the root when
-    # the trace has several retrievals and no agent span): where the roll-up of its retrievals is written.
+    # the trace searched several times for one question with no agent span): where the roll-up is written.
     agent_span_id: int | None = None
     # The conversation (session.id, gen_ai.conversation.id), when the trace says.
     session_id: str | None = None

@@ -343,3 +343,35 @@ def test_fuzz_tool_results_never_crash(traces: Traces, result: str, arguments: s
     stats = CaptureStats()
     extract_samples([span], stats=stats, rules=rules, limits=limits)
     assert "reader_error" not in stats.counts and "capture_error" not in stats.counts
+
+
+def test_a_graph_node_carrying_documents_gives_way_to_the_retriever_below_it(traces: Traces) -> None:
+    """LangGraph's rewrite -> retrieve -> generate under OpenLLMetry 0.62: the node `execute_task retrieve`
+    returns a state update holding the documents; the retriever callback under it is the retrieval."""
+    def lc_doc(text: str) -> dict[str, Any]:
+        return {"lc": 1, "type": "constructor", "id": ["langchain", "schema", "document", "Document"],
+                "kwargs": {"page_content": text, "metadata": {}}}
+
+    root = traces.open("invoke_agent LangGraph", {"gen_ai.operation.name": "invoke_agent"})
+    node = traces.open("execute_task retrieve", {
+        "gen_ai.operation.name": "execute_task", "traceloop.span.kind": "task", "traceloop.entity.name": "retrieve",
+        "traceloop.entity.input": json.dumps({"inputs": {"question": QUESTION, "search_query": REWRITE}}),
+        "traceloop.entity.output": json.dumps({"outputs": {"documents": [lc_doc(d) for d in DOCS]}})},
+        parent=root, start=1)
+    retriever = traces.span("vector_db_retrieve Handbook", {
+        "gen_ai.operation.name": "vector_db_retrieve", "traceloop.span.kind": "task",
+        "traceloop.entity.name": "Handbook", "traceloop.entity.input": json.dumps({"query": REWRITE}),
+        "traceloop.entity.output": json.dumps({"documents": [{"page_content": d, "metadata": {}} for d in DOCS]})},
+        parent=node, start=2, end=3)
+    traces.close(node, 4)
+    chat = traces.span("ChatOpenAI.chat", {
+        "gen_ai.operation.name": "chat", "gen_ai.system_instructions": json.dumps(
+            [{"type": "text", "content": "Answer from the context.\n" + "\n".join(DOCS)}]),
+        "gen_ai.input.messages": json.dumps([_user(QUESTION)]),
+        "gen_ai.output.messages": genai_messages("assistant", ANSWER)}, parent=root, start=5, end=6)
+    traces.close(root, 7)
+    stats = CaptureStats()
+    [captured] = extract_samples(traces.finished(), stats=stats)
+    assert (captured.retrieval_span_id, captured.generation_span_id) == (sid(retriever), sid(chat))
+    assert (captured.sample.query, captured.sample.metadata["retrieval_query"]) == (QUESTION, REWRITE)
+    assert stats.counts == {"nested_retrieval": 1}
