@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -10,6 +11,9 @@ from types import ModuleType
 import pytest
 
 from ragtrace.judges.base import Judge
+
+# Haystack's product telemetry (posthog, on by default) must not leave loopback.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 
 @pytest.fixture(scope="session")

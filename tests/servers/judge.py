@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 
 __all__ = [
+    "CallTool",
     "CutOff",
     "Fenced",
     "Hang",
@@ -41,6 +42,7 @@ __all__ = [
     "Raw",
     "Reply",
     "Rewritten",
+    "Say",
     "Status",
     "Valid",
     "WrongCount",
@@ -325,6 +327,32 @@ class Hang(Behaviour):
 
     def reply(self, body: dict[str, Any]) -> Reply:
         return Valid().reply(body)
+
+
+@dataclass
+class CallTool(Behaviour):
+    """A model turn of an agent: it calls the tool `name` with `arguments` and writes no text (content null,
+    finish_reason tool_calls; streamed, the call comes whole in the first delta, with its index)."""
+
+    name: str = "search"
+    arguments: dict[str, Any] = field(default_factory=dict)
+    delay: float = 0.0
+
+    def reply(self, body: dict[str, Any]) -> Reply:
+        call = {"index": 0, "id": f"call_{self.name}_{len(json.dumps(body))}", "type": "function",
+                "function": {"name": self.name, "arguments": json.dumps(self.arguments)}}
+        return Reply(content="", message={"content": None, "tool_calls": [call]}, finish_reason="tool_calls")
+
+
+@dataclass
+class Say(Behaviour):
+    """A model turn that answers with `text` (an agent's final answer)."""
+
+    text: str = ""
+    delay: float = 0.0
+
+    def reply(self, body: dict[str, Any]) -> Reply:
+        return Reply(content=self.text)
 
 
 # How servers that cannot honour a structured-output type refuse it (`JudgeServer.refusal`).
