@@ -9,7 +9,7 @@ from ragtrace.live.options import ScoringOptions
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler, SamplingRule
-from ragtrace.live.settings import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings, SettingsError
 from ragtrace.live.setup import auto_install, install, installed, scoring_batch_processor
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "SamplingRule",
     "ScoringBatchSpanProcessor",
     "ScoringOptions",
+    "SettingsError",
     "auto_install",
     "install",
     "installed",

@@ -40,7 +40,7 @@ def test_flags_win_over_ragtrace_variables(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_a_bad_flag_value_is_checked_like_the_variable() -> None:
-    with pytest.raises(ValueError, match="sample_rate"):
+    with pytest.raises(ValueError, match=r"--sample-rate=2\.0: Input should be less than or equal to 1"):
         settings_of(serve_args("--sample-rate", "2"))
 
 
