@@ -4,6 +4,7 @@ exporting processor, a span exporter behind the batching), over one pipeline (`c
 from ragtrace.live.drift import DriftConfig, DriftDetector, DriftMetrics, DriftMonitor
 from ragtrace.live.enrich import Evaluation
 from ragtrace.live.exporter import BatchedScoring, RagScoringSpanExporter, ScoringBatchSpanProcessor
+from ragtrace.live.file_exporter import OtlpJsonFileSpanExporter
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.options import ScoringOptions
 from ragtrace.live.processor import RagScoringSpanProcessor
@@ -19,6 +20,7 @@ __all__ = [
     "DriftMetrics",
     "DriftMonitor",
     "Evaluation",
+    "OtlpJsonFileSpanExporter",
     "RagScoringSpanExporter",
     "RagScoringSpanProcessor",
     "RagtraceMetrics",
