@@ -6,7 +6,8 @@
 
 Where you build the pipeline yourself: `scoring_batch_processor(exporter)` (behind the batching), or the
 two faces `RagScoringSpanExporter` (behind) and `RagScoringSpanProcessor` (in front of the exporting
-processor). `RagtraceSettings`, `Sampler` and `Redactor` are what `install(**options)` takes. The scoring
+processor). `OtlpJsonFileSpanExporter` writes spans to a file `ragtrace explain` reads. `RagtraceSettings`,
+`Sampler` and `Redactor` are what `install(**options)` takes. The scoring
 types live in `ragtrace.scoring`, the judges in `ragtrace.judges`.
 
 Everything is imported on first use, so `import ragtrace` stays light.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ragtrace.live import (
+        OtlpJsonFileSpanExporter,
         RagScoringSpanExporter,
         RagScoringSpanProcessor,
         RagtraceSettings,
@@ -39,6 +41,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "install": "ragtrace.live",
+    "OtlpJsonFileSpanExporter": "ragtrace.live",
     "scoring_batch_processor": "ragtrace.live",
     "RagScoringSpanProcessor": "ragtrace.live",
     "RagScoringSpanExporter": "ragtrace.live",
@@ -61,6 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "OtlpJsonFileSpanExporter",
     "RagScoringSpanExporter",
     "RagScoringSpanProcessor",
     "RagtraceSettings",

@@ -187,3 +187,17 @@ def replace_span_processors(
     active = provider._active_span_processor
     with active._lock:
         active._span_processors = replace(active._span_processors)
+
+
+def destination(target: SpanExporter | SpanProcessor) -> str:
+    """Where an exporter (or the exporters behind a processor) sends spans, in words: the exporter's class
+    and, for the OTLP exporters, the endpoint they keep privately (`_endpoint`)."""
+    members = getattr(target, "_span_processors", None)
+    if isinstance(members, tuple):
+        return ", ".join(destination(member) for member in members) or "no exporter"
+    exporter = getattr(target, "span_exporter", None)
+    if isinstance(target, SpanProcessor) and exporter is None:
+        return type(target).__name__
+    exporter = exporter if exporter is not None else target
+    endpoint = getattr(exporter, "_endpoint", None)
+    return f"{type(exporter).__name__} {endpoint}" if isinstance(endpoint, str) else type(exporter).__name__

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 
-def shorten(text: str, width: int) -> str:
-    """`text` on one line (runs of whitespace become one space), cut to `width` characters with "…"."""
+def shorten(text: str, width: int, *, at_word: bool = False) -> str:
+    """`text` on one line (runs of whitespace become one space), cut to `width` characters with "…";
+    `at_word`: at the last word boundary that keeps most of it, not inside a word."""
     text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    if at_word and (space := cut.rfind(" ")) > width // 2:
+        cut = cut[:space].rstrip(",;:")
+    return cut + "…"
 
 
 def format_number(value: float | None, *, pct: bool = False, signed: bool = False, missing: str = "-") -> str:

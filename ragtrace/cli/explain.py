@@ -42,7 +42,10 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
         "the samples built (query, contexts, response, paired generation and the evidence), and why a trace "
         "gave no sample. Nothing is scored.",
     )
-    parser.add_argument("file", help="OTLP JSON lines (one ExportTraceServiceRequest per line) or protobuf")
+    parser.add_argument(
+        "file", help="OTLP JSON (one ExportTraceServiceRequest per line: the Collector's file exporter, ragtrace's "
+        "OtlpJsonFileSpanExporter), the SDK's ConsoleSpanExporter output, or OTLP protobuf",
+    )
     parser.add_argument("--format", choices=("auto", "json", "proto"), default="auto",
                         help="json: one request per line; proto: one message or length-delimited messages")
     parser.add_argument("--trace", help="only the trace whose hex id starts with this")

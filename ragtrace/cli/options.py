@@ -7,15 +7,15 @@ A bad option is a `UsageError`: printed as `ragtrace <cmd>: error: ...`, exit co
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ragtrace.capture import CaptureRules
 from ragtrace.judges import Judge
-from ragtrace.judges.resolve import is_local_judge, resolve_judge
+from ragtrace.judges.resolve import JudgeSpecError, is_local_judge, resolve_judge
+from ragtrace.judges.resolve import check_judge_spec as check_judge
 from ragtrace.offline.dataset import MAX_LINE_BYTES
 from ragtrace.scoring import SCORERS, ContextPrecision, ContextRecall, ContextRelevance, Scorer
 
@@ -220,38 +220,15 @@ def _import_judge(spec: str) -> Judge:
     return made
 
 
-def _closest(word: str, candidates: Iterable[str]) -> str | None:
-    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
-    return matches[0] if matches else None
-
-
 def check_judge_spec(spec: str, api_base: str | None = None) -> None:
-    """Refuse, before anything is scored, a judge spec that names no judge: neither 'local' nor a model
-    litellm can route. The message offers the closest valid spelling (`lokal` -> 'local')."""
-    name = spec.strip()
-    if not name or is_local_judge(name) or name.startswith("python:"):
+    """The library's judge-spec check (`ragtrace.judges.check_judge_spec`), as a usage error naming --judge;
+    `python:module:attr` (a CLI-only spec) is checked when it is imported."""
+    if spec.strip().startswith("python:"):
         return
-    from ragtrace.judges.llm.transport import load_litellm
-
-    litellm = load_litellm()
     try:
-        litellm.get_llm_provider(model=name, api_base=api_base)
-        return
-    except Exception:  # litellm raises its BadRequestError for a model it cannot route
-        pass
-    provider, slash, model = name.partition("/")
-    if slash:
-        near = _closest(provider, (str(getattr(p, "value", p)) for p in litellm.provider_list))
-        suggestion = f"{near}/{model}" if near else None
-        problem = f"unknown provider {provider!r}"
-    else:
-        suggestion = _closest(name, ["local", *litellm.model_cost])
-        problem = "not 'local' and not a model litellm knows"
-    hint = f"Did you mean {suggestion!r}? " if suggestion else ""
-    raise UsageError(
-        f"--judge {spec!r}: {problem}. {hint}Use 'local', a litellm model string such as "
-        "'openai/gpt-4o-mini' (provider/model), or 'python:module:attr'"
-    )
+        check_judge(spec, api_base, name="--judge")
+    except JudgeSpecError as exc:
+        raise UsageError(str(exc)) from None
 
 
 LLM_JUDGE_FLAGS: dict[str, tuple[str, type, str]] = {

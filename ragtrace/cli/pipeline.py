@@ -29,6 +29,7 @@ from ragtrace.cli.options import (
     Threshold,
     UsageError,
     build_scorers,
+    check_judge_spec,
     check_run_options,
     llm_judge_options,
     load_judge,
@@ -122,12 +123,29 @@ def load(args: argparse.Namespace, command: str, source: str, load_items: ItemLo
     scorers = build_scorers(args)
     thresholds = parse_thresholds(args.min, scorers, args.scale)
     check_run_options(args)
+    check_judge_spec(str(args.judge), args.api_base)
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        _refuse_to_overwrite(out, {"the input": source, "the --compare baseline": args.compare})
     baseline = load_results(args.compare, max_line_bytes=args.max_line_bytes) if args.compare else None
     items = load_items()
-    out = Path(args.out) if args.out else None
     previous = read_out_file(out, args.max_line_bytes) if out is not None and args.resume else []
     judge = load_judge(args.judge, args.api_base, llm_judge_options(args))
     return Run(command, source, scorers, thresholds, judge, items, baseline, out, previous, started)
+
+
+def _refuse_to_overwrite(out: Path, inputs: dict[str, str | None]) -> None:
+    """--out is written from its first line: naming a file the run reads would destroy it."""
+    for role, name in inputs.items():
+        if name is not None and _same_file(out, Path(name)):
+            raise UsageError(f"--out {str(out)!r} is {role}: it would be overwritten with results; write elsewhere")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return a.resolve() == b.resolve()
 
 
 def resume(run: Run, args: argparse.Namespace, stderr: TextIO) -> Resumed:

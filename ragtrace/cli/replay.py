@@ -19,7 +19,10 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
         help="score traces exported as OTLP (collector file exporter JSON, or protobuf)",
         description="Extract RAG samples from exported OTLP traces with the live capture code, and score them.",
     )
-    parser.add_argument("file", help="OTLP JSON lines (one ExportTraceServiceRequest per line) or protobuf")
+    parser.add_argument(
+        "file", help="OTLP JSON (one ExportTraceServiceRequest per line: the Collector's file exporter, ragtrace's "
+        "OtlpJsonFileSpanExporter), the SDK's ConsoleSpanExporter output, or OTLP protobuf",
+    )
     parser.add_argument(
         "--format", choices=("auto", "json", "proto"), default="auto",
         help="json: one request per line; proto: one message or length-delimited messages (default: sniff)",

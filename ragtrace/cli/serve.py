@@ -144,13 +144,11 @@ def _port(value: int | None) -> int | None:
 
 def settings_of(args: argparse.Namespace) -> RagtraceSettings:
     """`RAGTRACE_*` settings with the flags given on the command line applied, checked like the variables."""
-    from ragtrace.live.settings import RagtraceSettings
+    from ragtrace.live.settings import RagtraceSettings, as_flag
 
     settings = RagtraceSettings.from_env()
     overrides = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None}
-    if overrides:
-        settings = settings.with_overrides(overrides)
-    return settings
+    return settings.with_overrides(overrides, as_flag)
 
 
 def limits_of(args: argparse.Namespace) -> ReceiverLimits:

@@ -23,6 +23,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from ragtrace._text import shorten
 from ragtrace.demo.app import BM25Retriever, DemoApp, Question, load_corpus, load_questions, stale_snapshot
 from ragtrace.judges import Judge
 from ragtrace.live.drift import DriftConfig, DriftMetrics, DriftMonitor, DriftState
@@ -49,6 +50,10 @@ DEMO_DRIFT = DriftConfig(
 
 #: Failing trace ids listed with a drift alert.
 TRACES_TO_OPEN = 3
+# The table's "why" column: the lowest score's reason, cut at a word.
+WHY_WIDTH = 100
+# The failing retrievals in Phoenix's span filter syntax (a Python expression: `==` and a quoted string).
+PHOENIX_FILTER = "ragtrace.context_precision.label == 'fail'"
 
 
 @dataclass
@@ -125,7 +130,8 @@ class ScoreTable(SpanExporter):
             why = f"not scored: {error}" if error else str(get("ragtrace.eval.status", ""))
         query = str(get("gen_ai.retrieval.query.text", ""))
         query = query if len(query) <= 38 else query[:37] + "…"
-        self._print(f"{request:>3}  {trace_id:032x}"[:13] + f"  {query:<38}  {cells}  {why[:60]}")
+        why = shorten(why, WHY_WIDTH, at_word=True)
+        self._print(f"{request:>3}  {trace_id:032x}"[:13] + f"  {query:<38}  {cells}  {why}")
 
     def _check_drift(self) -> None:
         for state in self.monitor.check().values():
@@ -216,7 +222,9 @@ def summary(
         detected = f"The drift detector flagged {flagged}"
         to_open = list(dict.fromkeys(t for a in started for t in a.failing))[:TRACES_TO_OPEN]
         if to_open:
-            detected += "; open trace " + ", ".join(f"{t:032x}" for t in to_open) + " to see why"
+            traces = ", ".join(f"{t:032x}" for t in to_open)
+            detected += (f"; open trace {traces} in your trace UI to see why" if endpoint
+                         else f"; the rows of trace {traces} above say why")
         detected += "."
     elif after:
         detected = "The drift detector did not flag a change (more requests give it more to go on)."
@@ -225,13 +233,14 @@ def summary(
     if endpoint:
         where = (
             f"Every scored span was also exported over OTLP to {endpoint}, with ragtrace.<scorer>.score, "
-            ".label and .reason on its retrieval span: search ragtrace.context_precision.label = fail there."
+            f".label and .reason on its retrieval span: in Phoenix, clear the pre-filled `parent_id is None` (the "
+            f"scores are on a child span) and filter with {PHOENIX_FILTER}."
         )
     else:
         where = (
             "The scores went to this console only; set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4317) "
-            "to send the scored spans to a collector or trace UI, where ragtrace.context_precision.label = fail "
-            "finds the failing retrievals."
+            f"to send the scored spans to a collector or trace UI, where the filter {PHOENIX_FILTER} (Phoenix's "
+            "syntax; clear its pre-filled `parent_id is None` first) finds the failing retrievals."
         )
     scored = sum(1 for r in table.rows if r.scores)
     errors = Counter(r.error for r in table.rows if r.error)

@@ -13,6 +13,7 @@ from ragtrace.judges.errors import (
 )
 from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
 from ragtrace.judges.llm import LLMJudge
+from ragtrace.judges.resolve import JudgeSpecError, check_judge_spec
 from ragtrace.judges.run import SampleScores, judge_and_score
 
 
@@ -31,6 +32,7 @@ __all__ = [
     "JudgeError",
     "JudgeInvalidOutput",
     "JudgeRequest",
+    "JudgeSpecError",
     "JudgeTimeout",
     "JudgeUnavailable",
     "Judgement",
@@ -41,5 +43,6 @@ __all__ = [
     "RateLimiter",
     "SampleScores",
     "VerdictCache",
+    "check_judge_spec",
     "judge_and_score",
 ]

@@ -4,12 +4,13 @@ exporting processor, a span exporter behind the batching), over one pipeline (`c
 from ragtrace.live.drift import DriftConfig, DriftDetector, DriftMetrics, DriftMonitor
 from ragtrace.live.enrich import Evaluation
 from ragtrace.live.exporter import BatchedScoring, RagScoringSpanExporter, ScoringBatchSpanProcessor
+from ragtrace.live.file_exporter import OtlpJsonFileSpanExporter
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.options import ScoringOptions
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler, SamplingRule
-from ragtrace.live.settings import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings, SettingsError
 from ragtrace.live.setup import auto_install, install, installed, scoring_batch_processor
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "DriftMetrics",
     "DriftMonitor",
     "Evaluation",
+    "OtlpJsonFileSpanExporter",
     "RagScoringSpanExporter",
     "RagScoringSpanProcessor",
     "RagtraceMetrics",
@@ -28,6 +30,7 @@ __all__ = [
     "SamplingRule",
     "ScoringBatchSpanProcessor",
     "ScoringOptions",
+    "SettingsError",
     "auto_install",
     "install",
     "installed",

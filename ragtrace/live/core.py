@@ -15,6 +15,7 @@ import time
 import weakref
 
 from ragtrace.live.admission import Admission
+from ragtrace.live.announce import nothing_scored_line, say
 from ragtrace.live.counts import Counts
 from ragtrace.live.jobs import JobJudging
 from ragtrace.live.options import ScoringOptions
@@ -111,6 +112,8 @@ class LiveScoring:
         deadline = time.monotonic() + self.options.score_deadline
         try:
             self.pipeline.settle(deadline, self.worker.call)
+            if (line := nothing_scored_line(self.counts.decisions(), self.options.sampler.rate)) is not None:
+                say(line)
             self.worker.stop(_left(deadline))
             self.pipeline.close_store()
             # Settling released everything: what the judging still does has no trace left to go to.

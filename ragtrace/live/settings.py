@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from opentelemetry.metrics import MeterProvider
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ragtrace.capture import CaptureRules
 from ragtrace.capture.rules import QuerySource
 from ragtrace.judges.base import Judge
-from ragtrace.judges.resolve import is_local_judge, resolve_judge
+from ragtrace.judges.resolve import is_local_judge, judge_spec_problem, resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.options import Mode, Target, WorkerKind
@@ -35,14 +35,44 @@ LOCAL_JUDGE_CONCURRENCY = 1
 Placement = Literal["auto", "exporter", "processor"]
 
 
+class SettingsError(ValueError):
+    """Settings that do not validate. Each problem is named as the user wrote it (`RAGTRACE_SAMPLE_RATE`,
+    `--sample-rate` or `sample_rate`), with the value and what is wrong, the same way from every source."""
+
+
+def as_variable(field: str) -> str:
+    """How a settings field is spelled as an environment variable."""
+    return ENV_PREFIX + field.upper()
+
+
+def as_keyword(field: str) -> str:
+    """How a settings field is spelled in Python (`install(sample_rate=...)`)."""
+    return field
+
+
+def as_flag(field: str) -> str:
+    """How a settings field is spelled on the command line (`ragtrace serve --sample-rate`)."""
+    return "--" + field.replace("_", "-")
+
+
+def _settings_error(exc: ValidationError, values: Mapping[str, Any], spelled: Callable[[str], str]) -> SettingsError:
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "?"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        shown = f"={values[field]!r}" if field in values else ""
+        problems.append(f"{spelled(field)}{shown}: {message}")
+    return SettingsError("invalid ragtrace settings: " + "; ".join(problems))
+
+
 class RagtraceSettings(BaseModel):
     """Live-scoring settings; `from_env()` reads each field from `RAGTRACE_<FIELD>` (e.g. RAGTRACE_SAMPLE_RATE)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = True
+    judge_api_base: str | None = None  # before `judge`, whose check reads it
     judge: str = Field("local", min_length=1, description="'local' or a litellm model, e.g. openai/gpt-4o-mini")
-    judge_api_base: str | None = None
     # LLM judge calls (a litellm judge only); unset keeps LLMJudge's defaults.
     judge_timeout: float | None = Field(None, gt=0, description="seconds per judge call; cancelled past it")
     judge_max_retries: int | None = Field(None, ge=0, description="retries of a 429/5xx/connection failure")
@@ -87,6 +117,14 @@ class RagtraceSettings(BaseModel):
         "user", description="'user': judge against the user's question; 'retrieval': the retrieval's own query"
     )
 
+    @field_validator("judge")
+    @classmethod
+    def _known_judge(cls, value: str, info: ValidationInfo) -> str:
+        problem = judge_spec_problem(value, info.data.get("judge_api_base"))
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     @field_validator("scorers", "retrieval_tools", mode="before")
     @classmethod
     def _split_names(cls, value: Any) -> Any:
@@ -124,23 +162,31 @@ class RagtraceSettings(BaseModel):
         raw = {
             name: value.strip()
             for name in cls.model_fields
-            if (value := env.get(ENV_PREFIX + name.upper())) is not None and value.strip()
+            if (value := env.get(as_variable(name))) is not None and value.strip()
         }
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as exc:
-            problems = []
-            for error in exc.errors():
-                field = str(error["loc"][0]) if error["loc"] else "?"
-                shown = raw.get(field, "")
-                problems.append(f"{ENV_PREFIX}{field.upper()}={shown!r}: {error['msg']}")
-            raise ValueError("invalid ragtrace settings: " + "; ".join(problems)) from None
+        return cls.checked(raw, as_variable)
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> RagtraceSettings:
-        """These settings with some fields replaced, checked like the env vars would be."""
+    @classmethod
+    def checked(cls, values: Mapping[str, Any], spelled: Callable[[str], str] = as_keyword) -> RagtraceSettings:
+        """Settings from `values`; SettingsError (a ValueError) naming each bad one as `spelled` writes it:
+        the one validator behind the variables, `serve`'s flags and Python's keywords."""
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise _settings_error(exc, values, spelled) from None
+
+    def with_overrides(
+        self, overrides: Mapping[str, Any], spelled: Callable[[str], str] = as_keyword
+    ) -> RagtraceSettings:
+        """These settings with some fields replaced, checked like the env vars are (errors name an
+        override as `spelled` writes it)."""
         if not overrides:
             return self
-        return type(self).model_validate({**self.model_dump(exclude_unset=True), **overrides})
+        current = self.model_dump(exclude_unset=True)
+        try:
+            return type(self).model_validate({**current, **overrides})
+        except ValidationError as exc:
+            raise _settings_error(exc, {**current, **overrides}, spelled) from None
 
     def llm_judge_options(self) -> dict[str, Any]:
         """The `resolve_judge` keywords of the judge_* settings: `api_base`, and the LLMJudge call

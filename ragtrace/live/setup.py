@@ -24,8 +24,9 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from ragtrace._sdk import replace_span_processors, span_processors
+from ragtrace._sdk import destination, replace_span_processors, span_processors
 from ragtrace.judges.base import Judge
+from ragtrace.live.announce import say, setup_line
 from ragtrace.live.exporter import BatchedScoring, RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.otlp import otlp_span_exporter
 from ragtrace.live.processor import RagScoringSpanProcessor
@@ -43,9 +44,21 @@ def _sdk_provider(tracer_provider: TracerProvider | None) -> TracerProvider:
     if isinstance(current, TracerProvider):
         return current
     provider = TracerProvider()  # no SDK provider yet (plain API): make one, exporting over OTLP
-    provider.add_span_processor(BatchSpanProcessor(otlp_span_exporter()))
+    provider.add_span_processor(_default_batching("no global SDK TracerProvider was set"))
     trace.set_tracer_provider(provider)
     return provider
+
+
+def _default_batching(why: str) -> BatchSpanProcessor:
+    """The OTLP exporting install() makes when there is none, said as a warning: an app that meant to add
+    its own exporter after install() would otherwise see only the OTLP exporter's connection errors."""
+    batching = BatchSpanProcessor(otlp_span_exporter())
+    logger.warning(
+        "ragtrace: %s, so install() added a BatchSpanProcessor exporting to %s (OTEL_EXPORTER_OTLP_* "
+        "configure it); to export elsewhere, add your span processor to the provider before install()",
+        why, destination(batching),
+    )
+    return batching
 
 
 def install(
@@ -73,14 +86,17 @@ def install(
         logger.warning("ragtrace: already installed on this TracerProvider")
         return already
     put: list[Installed] = []
+    where: list[tuple[str, str]] = []
 
     def put_in(current: tuple[SpanProcessor, ...]) -> tuple[SpanProcessor, ...]:
         if not current:
-            current = (BatchSpanProcessor(otlp_span_exporter()),)
+            current = (_default_batching("the TracerProvider has no span processor yet"),)
         batching = current[0]
         if settings.placement != "processor" and len(current) == 1 and type(batching) is BatchSpanProcessor:
+            scores_to = destination(batching)
             behind = BatchedScoring.behind(batching, RagScoringSpanExporter(batching.span_exporter, **kwargs))
             put.append(behind)
+            where.append(("behind the provider's BatchSpanProcessor (placement=exporter)", scores_to))
             return (behind,)
         if settings.placement == "exporter":
             raise ValueError(
@@ -94,10 +110,19 @@ def install(
                 exporting.add_span_processor(processor)
         in_front = RagScoringSpanProcessor(exporting, **kwargs)
         put.append(in_front)
+        where.append(("in front of the provider's span processors (placement=processor)", destination(exporting)))
         return (in_front,)
 
     replace_span_processors(provider, put_in)
+    _say_setup(where[0][0], where[0][1], kwargs)
     return put[0]
+
+
+def _say_setup(placement: str, scores_to: str, kwargs: Mapping[str, Any]) -> None:
+    """The setup line (announce.py): what install() or scoring_batch_processor() put in, once."""
+    rate = kwargs["sampler"].rate
+    say(setup_line(placement=placement, worker=kwargs["worker"], judge=kwargs["judge"], sample_rate=rate,
+                   scores_to=scores_to))
 
 
 def installed(tracer_provider: TracerProvider | None = None) -> Installed | None:
@@ -127,7 +152,9 @@ def scoring_batch_processor(
     settings, kwargs = scoring_options(settings, judge, meter_provider, options)
     if not settings.enabled:
         return BatchSpanProcessor(exporter, **(batch_options or {}))
-    return ScoringBatchSpanProcessor(RagScoringSpanExporter(exporter, **kwargs), **(batch_options or {}))
+    batching = ScoringBatchSpanProcessor(RagScoringSpanExporter(exporter, **kwargs), **(batch_options or {}))
+    _say_setup("behind its own BatchSpanProcessor (scoring_batch_processor)", destination(exporter), kwargs)
+    return batching
 
 
 def auto_install() -> None:

@@ -130,6 +130,15 @@ class ScorerComparison(BaseModel):
     regressed: bool
     worst: list[ItemChange]
 
+    @property
+    def verdict(self) -> str:
+        """The one verdict the CLI and the HTML report both print."""
+        if self.regressed:
+            return "regressed"
+        if self.significant:
+            return "improved"
+        return "too few pairs to test" if self.underpowered else "no significant change"
+
 
 class Comparison(BaseModel):
     baseline: str
@@ -264,12 +273,7 @@ def format_comparison(comparison: Comparison) -> str:
         f" ({comparison.only_baseline} only in baseline, {comparison.only_current} only in this run)"
     ]
     for name, c in comparison.scorers.items():
-        if c.regressed:
-            verdict = "REGRESSED"
-        elif c.significant:
-            verdict = "improved"
-        else:
-            verdict = "too few pairs to test" if c.underpowered else "no significant change"
+        verdict = c.verdict.upper() if c.regressed else c.verdict
         lines.append(
             f"  {name}: {format_number(c.baseline_mean)} -> {format_number(c.current_mean)} "
             f"({format_number(c.delta, signed=True)}); "

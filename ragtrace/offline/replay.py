@@ -7,14 +7,21 @@ Accepted inputs:
 - the OpenTelemetry Collector `file` exporter's JSON: one `ExportTraceServiceRequest` per line, protobuf
   JSON mapping; trace and span ids may be hex (the OTLP/JSON rule) or base64 (protobuf's own mapping).
   A request may also be pretty-printed over several lines (a saved OTLP/HTTP body, the spec's examples);
+- the OpenTelemetry SDK's `ConsoleSpanExporter` output: one pretty-printed JSON object per span
+  (`ReadableSpan.to_json`), which a newcomer has before any collector; such a span is turned into an
+  export request by the SDK's own OTLP encoder, so it takes the same road as the rest;
 - protobuf: one message, or several each prefixed by a varint length or by a 4-byte big-endian length
   (the collector's `proto` format).
+
+`ragtrace.live.OtlpJsonFileSpanExporter` writes the first kind from an app, without a collector.
 """
 
 from __future__ import annotations
 
 import base64
+import calendar
 import json
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +29,7 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.sdk.resources import Resource
@@ -237,6 +245,92 @@ def _not_otlp_traces(document: Any) -> str | None:
     return found
 
 
+# ---------------------------------------------------------------- the SDK's ConsoleSpanExporter
+
+
+def _is_console_span(document: Any) -> bool:
+    """`ReadableSpan.to_json()`: a name, and a context with a trace id (no OTLP request has either at its top)."""
+    context = document.get("context") if isinstance(document, dict) else None
+    return isinstance(context, dict) and "trace_id" in context and "name" in document
+
+
+def _console_id(value: Any, size: int, what: str) -> int:
+    """`0x`-prefixed hex, as `to_json` writes ids."""
+    if isinstance(value, str) and value.startswith("0x") and len(value) == 2 + 2 * size:
+        try:
+            return int(value, 16)
+        except ValueError:
+            pass
+    raise ValueError(f"{what} {value!r} is not a {size}-byte 0x-hex id")
+
+
+def _console_time(value: Any) -> int | None:
+    """`2024-05-01T12:00:00.123456Z` (the SDK's format: UTC, microseconds) as nanoseconds since the epoch."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"time {value!r} is not a string")
+    parsed = time.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")
+    fraction = value[19:].rstrip("Z").lstrip(".")
+    if fraction and not fraction.isdigit():
+        raise ValueError(f"time {value!r} is not YYYY-MM-DDTHH:MM:SS.ffffffZ")
+    return calendar.timegm(parsed) * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
+
+
+def _console_attributes(value: Any) -> dict[str, Any]:
+    """JSON arrays back to the tuples the SDK held."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+
+
+def _console_context(value: Any, what: str) -> SpanContext:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} context is not an object")
+    return SpanContext(
+        _console_id(value.get("trace_id"), _TRACE_ID_BYTES, f"{what} trace_id"),
+        _console_id(value.get("span_id"), _SPAN_ID_BYTES, f"{what} span_id"), is_remote=False,
+    )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def console_span(document: dict[str, Any]) -> ReadableSpan:
+    """One span as the SDK's ConsoleSpanExporter printed it, back as a ReadableSpan; ValueError naming the
+    field that cannot be read."""
+    context = _console_context(document.get("context"), "span")
+    parent_id = document.get("parent_id")
+    parent = (
+        SpanContext(context.trace_id, _console_id(parent_id, _SPAN_ID_BYTES, "parent_id"), is_remote=False)
+        if parent_id is not None else None
+    )
+    kind_name = str(document.get("kind", "SpanKind.INTERNAL")).rpartition(".")[2]
+    status = _object(document.get("status"))
+    code = StatusCode.__members__.get(str(status.get("status_code", "UNSET")), StatusCode.UNSET)
+    resource = _object(document.get("resource"))
+    return ReadableSpan(
+        name=str(document.get("name")),
+        context=context,
+        parent=parent,
+        resource=Resource(_console_attributes(resource.get("attributes")), resource.get("schema_url") or None),
+        attributes=_console_attributes(document.get("attributes")),
+        events=[
+            Event(str(e.get("name")), _console_attributes(e.get("attributes")), _console_time(e.get("timestamp")))
+            for e in _as_list(document.get("events"))
+        ],
+        links=[
+            Link(_console_context(link.get("context"), "link"), _console_attributes(link.get("attributes")))
+            for link in _as_list(document.get("links"))
+        ],
+        kind=SpanKind.__members__.get(kind_name, SpanKind.INTERNAL),
+        status=_status(code.value, str(status.get("description") or "")),
+        start_time=_console_time(document.get("start_time")),
+        end_time=_console_time(document.get("end_time")),
+    )
+
+
 def _normalise_item(item: dict[str, Any]) -> bool:
     """Rewrite the ids of a span or link in place; False when one of them is not a valid id."""
     valid = True
@@ -257,6 +351,9 @@ def parse_json_line(text: str) -> ExportTraceServiceRequest:
     request = ExportTraceServiceRequest()
     try:
         document = json.loads(text)
+        if _is_console_span(document):
+            encoded: ExportTraceServiceRequest = encode_spans([console_span(document)])
+            return encoded
         problem = _not_otlp_traces(document)
         if problem is not None:
             raise _NotOtlpTraces(problem)
@@ -422,6 +519,7 @@ __all__ = [
     "ReplayedSample",
     "any_value",
     "attributes",
+    "console_span",
     "read_json",
     "read_proto",
     "read_spans",

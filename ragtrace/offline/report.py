@@ -204,8 +204,8 @@ def _comparison(comparison: Comparison) -> str:
         "<th>paired n</th><th>worse / better</th><th>p</th><th>verdict</th></tr></thead><tbody>",
     ]
     for name, c in comparison.scorers.items():
-        verdict = ('<span class="bad">regressed</span>' if c.regressed
-                   else '<span class="ok">improved</span>' if c.significant else "no significant change")
+        style = "bad" if c.regressed else "ok" if c.significant else None
+        verdict = f'<span class="{style}">{c.verdict}</span>' if style else _e(c.verdict)
         delta = "–" if c.delta is None else f"{c.delta:+.3f}"
         parts.append(
             f"<tr><th>{_e(name)}</th><td>{_fmt(c.baseline_mean)}</td><td>{_fmt(c.current_mean)}</td>"

@@ -21,11 +21,13 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def precision(relevance: Sequence[bool]) -> str:
+def precision(relevance: Sequence[bool], reference: str | None = "ground_truth") -> str:
+    """`reference`: what usefulness was judged against (`ground_truth` or `response`), named as such."""
     n = len(relevance)
     useful = sum(relevance)
     if useful == 0:
-        return f"none of {_plural(n, 'context')} useful for the reference answer"
+        against = "the answer given" if reference == "response" else "the reference answer"
+        return f"none of {_plural(n, 'context')} useful for {against}"
     first = relevance.index(True) + 1
     ranks = [k for k, r in enumerate(relevance, start=1) if r]
     tail = "" if ranks == list(range(1, useful + 1)) else f" (useful at ranks {', '.join(map(str, ranks[:6]))})"

@@ -106,15 +106,16 @@ class ContextPrecision(Scorer):
 
     def score(self, sample: RagSample, verdicts: Verdicts, usage: JudgeUsage | None = None) -> ScoreResult:
         relevance = [bool(v.useful) for v in verdicts.contexts]
+        reference = self.reference_kind(sample)
         details: dict[str, Any] = {
-            "reference": self.reference_kind(sample),
+            "reference": reference,
             "verdicts": [
                 {"index": v.index, "useful": v.useful, "reason": v.reason} for v in verdicts.contexts
             ],
             **formulas.ranked_views(relevance),
         }
         return self._result(
-            formulas.average_precision(relevance), reasons.precision(relevance), details, usage
+            formulas.average_precision(relevance), reasons.precision(relevance, reference), details, usage
         )
 
 

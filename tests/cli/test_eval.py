@@ -307,3 +307,22 @@ def test_by_session_summarises_each_conversation(tmp_path: Path, capsys: pytest.
     expected = expected_precision_mean([rows[0], rows[2]])
     assert sessions["conv-a"]["context_precision"]["mean"] == expected
     assert "session" in stderr and "conv-b" in stderr  # the table (on stderr with --json)
+
+
+@pytest.mark.parametrize("flag", ["data", "compare"])
+def test_out_naming_a_file_the_run_reads_is_refused(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 30, item 4: `eval native.jsonl --out native.jsonl` overwrote the dataset with result lines."""
+    data = tmp_path / "native.jsonl"
+    data.write_text(json.dumps({"query": "q?", "contexts": ["c"], "response": "r"}) + "\n")
+    before = data.read_bytes()
+    argv = ["eval", str(data), "--out", str(data), "--quiet"]
+    if flag == "compare":
+        baseline = tmp_path / "baseline.jsonl"
+        baseline.write_text("")
+        argv = ["eval", str(data), "--compare", str(baseline), "--out", str(tmp_path / "." / "baseline.jsonl")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "would be overwritten" in err, err
+    assert data.read_bytes() == before

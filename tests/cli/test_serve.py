@@ -54,7 +54,7 @@ def test_the_spool_is_set_by_flag_or_variable(monkeypatch: pytest.MonkeyPatch, t
 
 
 def test_a_bad_flag_value_is_checked_like_the_variable() -> None:
-    with pytest.raises(ValueError, match="sample_rate"):
+    with pytest.raises(ValueError, match=r"--sample-rate=2\.0: Input should be less than or equal to 1"):
         settings_of(serve_args("--sample-rate", "2"))
 
 

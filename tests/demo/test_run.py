@@ -68,7 +68,27 @@ def test_demo_detects_the_degradation_and_names_failing_traces(
     assert any(s.attributes["gen_ai.evaluation.name"] == "context_precision" for s in drift_spans)
     closing = text.rsplit("\n\n", 1)[1]
     assert closing.startswith("What you saw: 40 requests") and "The drift detector flagged" in closing
-    assert "ragtrace.context_precision.label = fail" in closing
+    assert "ragtrace.context_precision.label == 'fail'" in closing and "parent_id is None" in closing
+    assert "in your trace UI to see why" in closing  # exported: there is a trace UI to open them in
+    # A question without a reference answer is judged against the answer given, and its reason says so.
+    from ragtrace.demo.app import load_questions
+
+    no_reference = [q.query[:37] for q in load_questions() if q.ground_truth is None]
+    rows_without = [line for line in text.splitlines() if ROW.match(line) and any(q in line for q in no_reference)]
+    assert rows_without and not any("reference answer" in line for line in rows_without), rows_without
+
+
+def test_demo_without_an_endpoint_says_the_scores_stayed_on_the_console(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30, items 7 and 11: the closing hint is valid Phoenix filter syntax, and says where scores went."""
+    from ragtrace.demo.run import PHOENIX_FILTER
+
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    out = io.StringIO()
+    assert run_demo(requests=3, out=out) == 0
+    closing = out.getvalue().rsplit("\n\n", 1)[1]
+    assert "The scores went to this console only" in closing and PHOENIX_FILTER in closing
+    assert "= fail" not in closing.replace("== 'fail'", "")
 
 
 class SilentJudge:

@@ -80,6 +80,33 @@ def test_a_stopped_scoring_process_times_out_its_traces_and_is_replaced(
 
 
 @pytest.mark.parametrize("placement", ["processor", "exporter"])
+def test_a_late_tick_says_unresponsive_too(rig: Callable[..., Rig], stopped: list[int], placement: str) -> None:
+    """Issue 30, item 16: on a loaded machine a tick can start just before the trace's deadline (the
+    silence check sees nothing overdue) and release the trace just after it: the trace said judge_timeout
+    where an idle machine says scoring_process_unresponsive. The trace's release now asks the same
+    question; this drives that order on the worker thread itself, with no tick in between."""
+    r = rig(placement=placement, worker="process", score_deadline=0.5)
+    pid = started(r)
+    os.kill(pid, signal.SIGSTOP)
+    stopped.append(pid)
+    scoring = r.proc.scoring
+    ids = rag_trace(r.tracer)
+    wait_for(lambda: scoring.store.pending_traces > 0, 10, "the trace was not shipped")
+
+    def release_after_the_deadline() -> None:
+        deadline = scoring.store.first_deadline()
+        assert deadline is not None
+        time.sleep(max(deadline - time.monotonic(), 0.0) + 0.01)
+        for pending in scoring.store.pop_expired(time.monotonic()):
+            scoring.pipeline.release(pending)
+
+    assert scoring.worker.call(release_after_the_deadline, 0.5 + GRACE_S + 5)
+    r.settle(len(ids) + 4)
+    assert retrieval_status(r)[ids[1]] == ("timeout", "scoring_process_unresponsive")
+    assert r.proc.decisions["timeout"] == 1
+
+
+@pytest.mark.parametrize("placement", ["processor", "exporter"])
 def test_flush_and_shutdown_return_in_time_with_a_stopped_scoring_process(
     rig: Callable[..., Rig], stopped: list[int], placement: str
 ) -> None:

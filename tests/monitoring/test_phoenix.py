@@ -1,9 +1,9 @@
 """From a bad score to its trace in a real trace UI: Arize Phoenix.
 
 A real Phoenix server runs on loopback (its working dir in tmp, telemetry off); an app scored by ragtrace
-exports over OTLP/HTTP to it; the failing retrievals are found through Phoenix's REST API by
-`ragtrace.context_precision.label = fail`; and the span's page, opened in headless Chromium (driven over the
-DevTools protocol), shows the score, the label and the reason.
+exports over OTLP/HTTP to it; the failing retrievals are found through Phoenix's REST API by the label,
+and through its filter box's API by the filter the demo prints (`PHOENIX_FILTER`); and the span's page,
+opened in headless Chromium (driven over the DevTools protocol), shows the score, the label and the reason.
 
 Set RAGTRACE_PHOENIX_SCREENSHOT=path.png to keep the screenshot (docs/phoenix-failing-span.png is one).
 """
@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import ragtrace
 from ragtrace.demo.app import BM25Retriever, DemoApp, load_corpus, load_questions, stale_snapshot
+from ragtrace.demo.run import PHOENIX_FILTER
 from tests.servers.processes import stop
 
 pytest.importorskip("phoenix", reason="arize-phoenix is in the test extra")
@@ -203,11 +204,19 @@ def test_failing_span_found_by_label_in_phoenix_and_its_page_shows_score_and_rea
     assert {s["context"]["span_id"] for s in found} == failing
     # The same spans through the filter box of Phoenix's UI (its GraphQL API), as docs/getting-started.md says.
     project = phoenix.get("/v1/projects")["data"][0]["id"]
-    condition = "ragtrace.context_precision.label == 'fail'"
+    # The filter the demo's closing paragraph prints, as a user types it into the box.
     query = "query($id: ID!, $f: String!) { node(id: $id) { ... on Project { spans(first: 100, filterCondition: $f) " \
             "{ edges { node { spanId } } } } } }"
-    answer = phoenix.post("/graphql", {"query": query, "variables": {"id": project, "f": condition}})
-    assert {e["node"]["spanId"] for e in answer["data"]["node"]["spans"]["edges"]} == failing, answer
+
+    def filtered(condition: str) -> set[str]:
+        answer = phoenix.post("/graphql", {"query": query, "variables": {"id": project, "f": condition}})
+        assert "errors" not in answer, answer  # valid Phoenix filter syntax
+        return {e["node"]["spanId"] for e in answer["data"]["node"]["spans"]["edges"]}
+
+    assert filtered(PHOENIX_FILTER) == failing
+    # Phoenix pre-fills `parent_id is None` (root spans only): with it the scores, on a child span, match
+    # nothing, which is why the README and the demo say to clear it first.
+    assert filtered(f"parent_id is None and {PHOENIX_FILTER}") == set()
 
     span = sorted(found, key=lambda s: s["start_time"])[0]
     mine = retrievals[span["context"]["span_id"]].attributes or {}

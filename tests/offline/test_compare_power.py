@@ -84,3 +84,23 @@ def test_cli_compare_on_five_items_warns(tmp_path: Path, capsys: pytest.CaptureF
     assert "warning: 4 changed pairs" in out, out
     assert "effect size -1.000" in out
     assert out.count("q3") >= 1 and "q4" not in out.split("compared with")[1]
+
+
+@pytest.mark.parametrize(
+    ("current", "verdict"),
+    [([0.1, 0.2, 0.0, 0.1, 1.0], "too few pairs to test"),
+     ([0.9, 0.8, 0.9, 0.7, 0.9, 0.8, 0.9, 0.8, 1.0, 1.0], "no significant change")],
+)
+def test_the_html_report_gives_the_cli_verdict(current: list[float], verdict: str) -> None:
+    """Issue 30, item 9: the HTML report said "no significant change" where the CLI said "too few pairs"."""
+    from ragtrace.offline.report import render_report
+
+    baseline = [record(f"k{i}", 0.9 if i % 2 else 0.8) for i in range(len(current))]
+    comparison = compare(baseline, [record(f"k{i}", s) for i, s in enumerate(current)], ["context_precision"],
+                         alpha=0.05)
+    assert comparison.scorers["context_precision"].verdict == verdict
+    assert f"-> {verdict}" in format_comparison(comparison)
+    html = render_report(title="t", items=[], summaries={}, comparison=comparison)
+    assert f"<td>{verdict}</td>" in html
+    other = ({"too few pairs to test", "no significant change"} - {verdict}).pop()
+    assert other not in html

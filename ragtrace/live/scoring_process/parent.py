@@ -414,14 +414,15 @@ class ProcessJudging:
             logger.exception("ragtrace: starting a new scoring process failed")
         return True
 
-    def _kill_if_unresponsive(self) -> None:
+    def _kill_if_unresponsive(self, overdue: float | None = None) -> None:
         """A healthy child answers every trace within `score_deadline` (timeouts included); one that owes
-        an answer past its trace's deadline and has written nothing for as long is stopped or wedged."""
+        an answer past its trace's deadline (`overdue`: a trace being released; default: the oldest one
+        waiting) and has written nothing for as long is stopped or wedged."""
         process = self.process
         if not process.alive:
             return
         now = time.monotonic()
-        first = self._store.first_deadline()
+        first = self._store.first_deadline() if overdue is None else overdue
         silent = now - process.last_heard
         if first is not None and first <= now and silent > self._options.score_deadline + GRACE_S:
             self._lost_as = UNRESPONSIVE
@@ -464,8 +465,13 @@ class ProcessJudging:
         """A trace out at the scoring process: its samples are not known here, it counts one timeout, and
         its retrieval spans say so."""
         if pending.waiting:
-            self._counts.add("timeout")
-            pending.evaluations.update(self._pipeline.not_judged(pending.spans, TIMED_OUT))
+            # Released at its deadline, which is the deadline the silence check uses: the evidence (has the
+            # child said anything for that long?) decides why, not which of the two a tick happened to see
+            # first, so a loaded machine gets the same answer as an idle one.
+            self._kill_if_unresponsive(pending.deadline)
+            outcome = self._lost_as if not self.process.alive else TIMED_OUT
+            self._counts.add("timeout" if outcome[0] == "timeout" else "error")
+            pending.evaluations.update(self._pipeline.not_judged(pending.spans, outcome))
         pending.waiting = {}
 
     def stop(self, timeout: float = 5.0) -> None:
