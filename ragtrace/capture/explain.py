@@ -117,7 +117,8 @@ def render(reports: Sequence[TraceReport], *, max_chars: int = 200) -> str:
                 out.append(f"    taken as a retrieval: {meta['taken_because']}")
             out.append(f"    query ({meta.get('query_source', '?')}): {short(sample.query)}")
             if meta.get("retrieval_query"):
-                out.append(f"    retrieval's own query (not judged; written as ragtrace.retrieval.query): "
+                where = meta.get("retrieval_query_from", "?")
+                out.append(f"    retrieval's own query ({where}; not judged, written as ragtrace.retrieval.query): "
                            f"{short(meta['retrieval_query'])}")
             if meta.get(FROM_EVENTS):
                 out.append("    content read from span events (not only attributes)")

@@ -426,6 +426,7 @@ def _sample(
     metadata: dict[str, Any] = {"query_source": source}
     if reading.query is not None and not source.startswith("retrieval"):
         metadata["retrieval_query"] = cut(reading.query, limits.max_query_chars, notes, "query_truncated")
+        metadata["retrieval_query_from"] = "tool call arguments" if node.shape.endswith("_tool") else "retrieval span"
     if reading.taken_because is not None:
         metadata["taken_because"] = reading.taken_because
     if FROM_EVENTS in notes:

@@ -70,7 +70,8 @@ def test_a_genai_tool_returning_a_list_of_texts_is_a_retrieval_judged_on_the_use
     text = render(explain(spans))
     assert "taken as a retrieval: tool 'search_handbook': its result is a list of documents" in text
     assert f"query (generation): {QUESTION}" in text
-    assert f"retrieval's own query (not judged; written as ragtrace.retrieval.query): {REWRITE}" in text
+    assert (f"retrieval's own query (tool call arguments; not judged, written as ragtrace.retrieval.query): "
+            f"{REWRITE}") in text
 
 
 def test_one_setting_keeps_the_retrievals_own_query(traces: Traces) -> None:
