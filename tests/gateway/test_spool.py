@@ -101,6 +101,11 @@ def crash_run(
     sender.start()
     try:
         time.sleep(seconds * 0.4)
+        # Kill while the gateway holds acknowledged spans for scoring (it nearly always does mid-stream): the
+        # run without a spool then loses something for sure, so its loss is a measurement, not luck.
+        holding_by = time.monotonic() + 10.0
+        while health(f"http://127.0.0.1:{http_port}")["held_spans"] == 0 and time.monotonic() < holding_by:
+            time.sleep(0.01)
         gateway.kill()  # SIGKILL: no flush, no shutdown
         gateway.wait()
         killed_after = len(sent)
