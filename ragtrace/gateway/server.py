@@ -111,8 +111,6 @@ class Gateway:
         self._maybe_delivered = 0
         self._pump_stop = threading.Event()
         self._pump: threading.Thread | None = None
-        self.processor = RagScoringSpanProcessor(self._exporting, judge=resolved, **kwargs)
-        self._settler = RootSettler(self.processor, self._sampler, trace_settle, max_settling_roots)
         self._lock = threading.Lock()
         self._received = 0
         self._rejected = 0
@@ -143,12 +141,15 @@ class Gateway:
                 refuse_self_forwarding(exporter_endpoint, exporter_protocol, host, ports)
                 self._next_hop = next_hop_url(exporter_endpoint, exporter_protocol)
         except BaseException:
+            # Nothing ran yet: the scoring processor is built only once the ports are bound, so a gateway that
+            # cannot start has no processor to stop (nor a 'scored nothing' to report).
             self._close_servers()
-            self._settler.close()
-            self.processor.shutdown()
+            self._exporting.shutdown()
             if spool is not None:
                 spool.close()
             raise
+        self.processor = RagScoringSpanProcessor(self._exporting, judge=resolved, **kwargs)
+        self._settler = RootSettler(self.processor, self._sampler, trace_settle, max_settling_roots)
 
     # --- endpoints -----------------------------------------------------------------------------------
 
