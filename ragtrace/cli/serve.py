@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
             exporter_protocol=args.exporter_protocol, trace_settle=args.trace_settle, meter_provider=meter_provider,
             limits=limits, security=security,
         )
-    except (ValueError, OSError, RuntimeError) as exc:
+    except (ValueError, OSError, RuntimeError, ImportError) as exc:  # ImportError: the local judge's model
         print(f"ragtrace serve: {exc}", file=sys.stderr)
         if meter_provider is not None:
             meter_provider.shutdown(timeout_millis=1000)
