@@ -27,6 +27,11 @@ REASONS: Mapping[str, str] = {
     "document_without_content": "a retrieved document has no text",
     "invalid_document": "a retrieved document has a shape ragtrace cannot read",
     "invalid_documents_json": "a retrieval's documents attribute is not valid JSON",
+    "invalid_messages_json": (
+        "a generation's gen_ai.output.messages is not a JSON list of messages; it should read like "
+        '[{"role": "assistant", "parts": [{"type": "text", "content": "the answer"}]}] '
+        "(docs/span-contract.md)"
+    ),
     "wrong_attribute_type": "an attribute has an unexpected type (e.g. a list where text was expected)",
     "attribute_too_large": "an attribute was too large to parse",
     "no_query": "no query: not on the retrieval, not in the paired generation's user message, not on the root",

@@ -39,8 +39,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # The demo prints drift alerts itself, with the traces to open: the monitor's log line would repeat them.
     logging.getLogger("ragtrace.drift").addHandler(logging.NullHandler())
-    return run_demo(requests=args.requests, judge=args.judge, sample_rate=args.sample_rate, worker=args.worker,
-                    degrade_at=args.degrade_at)
+    try:
+        return run_demo(requests=args.requests, judge=args.judge, sample_rate=args.sample_rate, worker=args.worker,
+                        degrade_at=args.degrade_at)
+    except ImportError as exc:  # the local judge's model package: the message says how to install it
+        print(f"ragtrace demo: error: cannot load judge {args.judge!r}: {exc}", file=sys.stderr)
+        return 2
 
 
 __all__ = ["add_parser", "run"]

@@ -276,9 +276,8 @@ def load_judge(spec: str | Judge, api_base: str | None, llm_options: dict[str, A
     check_judge_spec(spec, api_base)
     try:
         return resolve_judge(spec, api_base=api_base, llm_options=llm_options)
-    except ImportError as exc:
-        hint = " (install it with: pip install 'ragtrace[local]')" if is_local_judge(spec) else ""
-        raise UsageError(f"cannot load judge {spec!r}: {exc}{hint}") from None
+    except ImportError as exc:  # the local judge's message holds the commands that install what it lacks
+        raise UsageError(f"cannot load judge {spec!r}: {exc}") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(f"--judge {spec!r}: {exc}") from None
 

@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
             exporter_protocol=args.exporter_protocol, trace_settle=args.trace_settle, meter_provider=meter_provider,
             limits=limits, security=security, spool=spool,
         )
-    except (ValueError, OSError, RuntimeError) as exc:
+    except (ValueError, OSError, RuntimeError, ImportError) as exc:  # ImportError: the local judge's model
         print(f"ragtrace serve: {_problem(exc)}", file=sys.stderr)
         if outlet is not None and meter_provider is not None:
             outlet.off = True  # it never served: a last export would only add noise

@@ -10,6 +10,7 @@ silently missing.
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import json
@@ -46,6 +47,15 @@ KNOWN_NAMES: dict[str, tuple[str, ...]] = {
     "id": ("id",),
 }
 FORMATS = ("jsonl", "json", "csv", "tsv")
+# Names people give a field that ragtrace does not read as it: said as "did you mean" in errors.
+NEAR_NAMES: dict[str, str] = {
+    "context": "contexts",
+    "documents": "contexts",
+    "output": "response",
+    "ground_truths": "ground_truth",
+    "expected_output": "ground_truth",
+    "input": "query",
+}
 
 
 @dataclass(frozen=True)
@@ -66,14 +76,27 @@ class FieldMap:
         names = KNOWN_NAMES[field]
         return next((name for name in names if name in row), names[0])
 
-    def missing(self, field: str, column: str) -> str:
-        """The message for a required column that is not in the row."""
+    def missing(self, field: str, column: str, row: dict[str, Any] | None = None) -> str:
+        """The message for a required column that is not in the row (with the row's near name, if any)."""
         option = "--" + field.replace("_", "-") + "-field"
         if getattr(self, field) is not None:
             return f"missing field '{column}'"
         others = KNOWN_NAMES[field][1:]
         alternatives = " (or " + ", ".join(f"'{name}'" for name in others) + ")" if others else ""
-        return f"missing field '{column}'{alternatives}; map another with {option}"
+        near = next((key for key in row or {} if NEAR_NAMES.get(key) == field), None)
+        hint = f"; the row has '{near}': did you mean '{field}'?" if near else ""
+        return f"missing field '{column}'{alternatives}{hint}; map another with {option}"
+
+    def check_one_name(self, row: dict[str, Any]) -> str | None:
+        """The message when an unmapped field is named twice in a row (`query` and `question`): which one
+        holds it would be a guess, and `evaluate()` refuses the same row."""
+        for field, names in KNOWN_NAMES.items():
+            present = [name for name in names if name in row]
+            if getattr(self, field) is None and len(present) > 1:
+                option = "--" + field.replace("_", "-") + "-field"
+                named = " and ".join(f"'{name}'" for name in present)
+                return f"{named} both name the {field}; keep one, or choose one with {option}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -112,6 +135,24 @@ def _contexts(value: Any, fail: Any) -> tuple[Document, ...]:
     return tuple(docs)
 
 
+def _list_cell(text: str, fail: Any) -> Any:
+    """A CSV cell holding a list: JSON, or a Python list literal as pandas writes one (`['a', 'b']`)."""
+    if not text.strip():
+        return []
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem = f"{exc.msg} at column {exc.colno}"
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        value = None
+    if isinstance(value, list):
+        return value
+    fail(f"expected a JSON list (or a Python list as pandas writes it) in the CSV cell ({problem})")
+    return None
+
+
 def row_to_sample(
     row: dict[str, Any], fields: FieldMap, path: str, line: int, *, csv_row: bool = False
 ) -> tuple[str | None, RagSample]:
@@ -123,9 +164,11 @@ def row_to_sample(
 
         return raise_
 
+    if (twice := fields.check_one_name(row)) is not None:
+        raise DatasetError(path, twice, line)
     query_field = fields.column("query", row)
     if query_field not in row:
-        raise DatasetError(path, fields.missing("query", query_field), line)
+        raise DatasetError(path, fields.missing("query", query_field, row), line)
     query = row[query_field]
     if not isinstance(query, str):
         fail(query_field)(f"expected a string, got {type(query).__name__}")
@@ -133,13 +176,10 @@ def row_to_sample(
         fail(query_field)("is empty")
     contexts_field = fields.column("contexts", row)
     if contexts_field not in row:
-        raise DatasetError(path, fields.missing("contexts", contexts_field), line)
+        raise DatasetError(path, fields.missing("contexts", contexts_field, row), line)
     raw_contexts = row[contexts_field]
     if csv_row and isinstance(raw_contexts, str):
-        try:
-            raw_contexts = json.loads(raw_contexts) if raw_contexts.strip() else []
-        except json.JSONDecodeError as exc:
-            fail(contexts_field)(f"expected a JSON list in the CSV cell ({exc.msg} at column {exc.colno})")
+        raw_contexts = _list_cell(raw_contexts, fail(contexts_field))
     contexts = _contexts(raw_contexts, fail(contexts_field))
     texts: dict[str, str | None] = {}
     for field in ("response", "ground_truth"):
@@ -328,6 +368,20 @@ def _csv(path: Path, fields: FieldMap, max_line_bytes: int, delimiter: str) -> l
     return rows
 
 
+def _with_format_hint(exc: DatasetError, path: Path, format: str) -> DatasetError:
+    """A file read as JSON Lines by default whose first line is a CSV or TSV header: say --format."""
+    if format != "auto" or exc.line != 1 or not exc.message.startswith("not valid JSON"):
+        return exc
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        header = handle.readline(4096)
+    for kind, delimiter in (("tsv", "\t"), ("csv", ",")):
+        columns = {c.strip().strip('"') for c in header.split(delimiter)}
+        if any(name in columns for names in KNOWN_NAMES.values() for name in names):
+            return DatasetError(exc.path, f"{exc.message}; its first line looks like a {kind.upper()} header: "
+                                f"pass --format {kind} (or name the file .{kind})", exc.line)
+    return exc
+
+
 def load_dataset(
     path: str | Path,
     *,
@@ -353,7 +407,10 @@ def load_dataset(
     elif kind == "json":
         rows = _json(path, max_line_bytes, fields)
     elif kind == "jsonl":
-        rows = _jsonl(str(path), read_json_documents(path, max_line_bytes), fields)
+        try:
+            rows = _jsonl(str(path), read_json_documents(path, max_line_bytes), fields)
+        except DatasetError as exc:
+            raise _with_format_hint(exc, path, format) from None
     else:
         raise DatasetError(str(path), f"unknown format {format!r}; use one of {', '.join(FORMATS)}")
     if not rows:

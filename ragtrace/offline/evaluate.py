@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ragtrace.judges import Judge, judge_and_score
 from ragtrace.judges.resolve import resolve_judge
-from ragtrace.offline.dataset import KNOWN_NAMES, FieldMap
+from ragtrace.offline.dataset import KNOWN_NAMES, NEAR_NAMES, FieldMap
 from ragtrace.scoring import SCORERS, JudgeUsage, RagSample, Scorer, ScoreResult, default_scorers
 
 logger = logging.getLogger(__name__)
@@ -84,12 +84,7 @@ ROW_KEYS = ("query", "contexts", "response", "ground_truth", "metadata", "id")
 #: is refused too when the row also has the field's first name (`answer` beside `response` would go unread).
 KNOWN_ALIASES = {
     **{alias: field for field, names in KNOWN_NAMES.items() for alias in names[1:]},
-    "context": "contexts",
-    "documents": "contexts",
-    "output": "response",
-    "ground_truths": "ground_truth",
-    "expected_output": "ground_truth",
-    "input": "query",
+    **NEAR_NAMES,
 }
 
 

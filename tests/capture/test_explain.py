@@ -67,3 +67,18 @@ def test_every_counted_reason_has_words() -> None:
     assert counted - set(REASONS) == set()
     assert in_words("no_query").startswith("no query")
     assert in_words("something_new") == "something new"
+
+
+def test_a_plain_string_as_output_messages_is_shown_the_shape_to_write(traces: Traces) -> None:
+    """Issue 30, item 12: a plain string in gen_ai.output.messages was dropped as 'invalid messages json'
+    with no example of what to write."""
+    root = traces.open("rag")
+    traces.span("retrieval", {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.query.text": "q?",
+                              "gen_ai.retrieval.documents": '[{"content": "Olympus Mons is on Mars."}]'},
+                parent=root, start=1, end=2)
+    traces.span("chat", {"gen_ai.operation.name": "chat", "gen_ai.output.messages": "Olympus Mons."},
+                parent=root, start=3, end=4)
+    traces.close(root, 5)
+    text = render(explain(traces.finished()))
+    assert "gen_ai.output.messages is not a JSON list of messages" in text, text
+    assert '[{"role": "assistant", "parts": [{"type": "text", "content": "the answer"}]}]' in text

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import ragtrace
 from ragtrace.offline import DatasetError, DatasetRow, FieldMap, load_dataset
 from ragtrace.offline.dataset import read_json_documents
 
@@ -54,11 +55,13 @@ def test_the_common_schemas_load_without_a_mapping(tmp_path: Path, names: dict[s
     assert loaded(load_dataset(data)) == EXPECTED
 
 
-def test_ragtraces_own_name_wins_and_a_mapping_wins_over_both(tmp_path: Path) -> None:
+def test_two_names_for_one_field_are_refused_and_a_mapping_chooses(tmp_path: Path) -> None:
+    """Which of `response` and `answer` holds the response would be a guess (evaluate() refuses it too)."""
     data = tmp_path / "data.jsonl"
     row = {"query": "q", "contexts": ["c"], "response": "mine", "answer": "theirs", "final": "mapped"}
     data.write_text(json.dumps(row) + "\n", encoding="utf-8")
-    assert load_dataset(data)[0].sample.response == "mine"
+    with pytest.raises(DatasetError, match="'response' and 'answer' both name the response"):
+        load_dataset(data)
     assert load_dataset(data, fields=FieldMap(response="final"))[0].sample.response == "mapped"
 
 
@@ -188,3 +191,48 @@ def test_context_objects_may_hold_their_text_as_content_page_content_or_text(tmp
     data.write_text(json.dumps({"query": "q", "contexts": [{"body": "a"}]}) + "\n", encoding="utf-8")
     with pytest.raises(DatasetError, match="item 0 must be a string or an object with a string 'content' / 'page_"):
         load_dataset(data)
+
+
+# ---------------------------------------------------------------- issue 30, item 15
+
+
+def test_a_csv_written_by_pandas_with_a_python_list_in_the_contexts_cell_loads(tmp_path: Path) -> None:
+    path = tmp_path / "pandas.csv"
+    with path.open("w", newline="") as handle:  # what DataFrame.to_csv writes for a column of lists
+        csv.writer(handle).writerows([["query", "contexts", "response"],
+                                      ["q?", repr(["Paris is in France.", "It's big."]), "Paris"]])
+    [row] = load_dataset(path)
+    assert [d.content for d in row.sample.contexts] == ["Paris is in France.", "It's big."]
+
+
+def test_a_cell_that_is_no_list_in_either_syntax_is_still_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text('query,contexts\nq?,"[\'unclosed"\n')
+    with pytest.raises(DatasetError, match="Python list as pandas writes it"):
+        load_dataset(path)
+
+
+@pytest.mark.parametrize(("delimiter", "kind"), [(",", "csv"), ("\t", "tsv")])
+def test_csv_in_a_txt_file_gets_a_format_hint(tmp_path: Path, delimiter: str, kind: str) -> None:
+    path = tmp_path / "data.txt"
+    path.write_text(delimiter.join(["query", "contexts"]) + "\n" + delimiter.join(["q?", '["c"]']) + "\n")
+    with pytest.raises(DatasetError, match=f"--format {kind}"):
+        load_dataset(path)
+    assert len(load_dataset(path, format=kind)) == 1
+
+
+def test_a_context_column_gets_did_you_mean_contexts(tmp_path: Path) -> None:
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps({"query": "q?", "context": ["c"]}) + "\n")
+    with pytest.raises(DatasetError, match="the row has 'context': did you mean 'contexts'"):
+        load_dataset(path)
+
+
+def test_a_row_with_both_query_and_question_is_refused_as_evaluate_refuses_it(tmp_path: Path) -> None:
+    row = {"query": "q?", "question": "other?", "contexts": ["c"]}
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(DatasetError, match="'query' and 'question' both name the query"):
+        load_dataset(path)
+    with pytest.raises(ValueError, match="question"):
+        ragtrace.evaluate([row], judge="local")
