@@ -537,6 +537,10 @@ def test_the_shipped_deployment_end_to_end(deployment: Deployment, tmp_path: Pat
     assert not unscored, f"kept retrievals not scored (phase, gateway, retrievals, status, error): {unscored}"
 
     # Prometheus: the span histograms count every scored retrieval by label; the shipped alert fires.
+    telemetry = get_text(d.url("telemetry", "/metrics")).splitlines()
+    dropped = [line for line in telemetry if line.startswith("otelcol_deltatocumulative_datapoints{")
+               and "error=" in line]  # points delta_to_cumulative refused (out of order, older start)
+    figures["delta_to_cumulative_errors"] = dropped
     for scorer in SCORERS:  # a span the spool forwarded twice is counted twice, as Jaeger shows it twice
         want = Counter(labels[t.template][scorer] for t in sent)
         want.update({label: n for (s, label), n in duplicated_retrievals.items() if s == scorer})
