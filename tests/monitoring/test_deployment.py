@@ -1,17 +1,18 @@
 """The shipped deployment, run for real on loopback: collector/otelcol.yaml in ragtrace's Collector build,
 two `ragtrace serve` gateways on the local judge, Jaeger v2 (in-memory), Prometheus with the shipped rules.
 
-    app --OTLP--> Collector [traces/in, loadbalancing by trace id] --> gateway a | gateway b
+    app --OTLP--> Collector [traces/in, load_balancing by trace id] --> gateway a | gateway b
     gateways --OTLP--> Collector [traces/scored: tail_sampling] --> Jaeger, "Tempo" (an OTLP sink here)
-                                 [signaltometrics, gateway metrics] --> :prometheus <-- Prometheus + alerts.yml
+                                 [signal_to_metrics, gateway metrics] --> :prometheus <-- Prometheus + alerts.yml
 
 The configs are the shipped files with only their addresses changed (ports, the resolver's gateways, the
 exporters' endpoints, the queue's directory; `deployed` checks that nothing else differs); the test copy
 of alerts.yml has its `for:` durations shortened, and Prometheus scrapes every second.
 
 What a trace should become is known before it is sent: each is built from a template (a demo question
-with its answer as the document, or with passages about other subjects) whose labels the same local
-judge gave in this process. Phase 1 sends traces one span per request, one trace at a time, and reads
+with its answer as the document, or with passages about other subjects) that the same local judge scored
+in this process, used only when every score is far from the threshold (the gateways then agree).
+Phase 1 sends traces one span per request, one trace at a time, and reads
 both gateways' counters after each, so every trace is seen to reach exactly one gateway. Phase 2 sends
 failing traces in batches while gateway b is SIGKILLed and restarted on the same spool.
 """
@@ -70,6 +71,7 @@ def _leaves(tree: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]
     return {path: tree}
 
 
+# Addresses (and, for Prometheus, the rules' path and the 1 s intervals): the only keys a test copy changes.
 ADDRESS_KEYS = {"endpoint", "directory", "host", "port", "resolver", "targets", "rule_files",
                 "scrape_interval", "evaluation_interval"}
 
@@ -77,7 +79,7 @@ ADDRESS_KEYS = {"endpoint", "directory", "host", "port", "resolver", "targets", 
 def deployed(shipped: dict[str, Any], changed: dict[str, Any], out: Path) -> Path:
     """`shipped` with the values at the `changed` paths ("a.b.c": value) replaced, written to `out`.
 
-    Only addresses may change: every differing leaf must lie under an address key, so the file that
+    Only addresses may change (ADDRESS_KEYS): every differing leaf must lie under one, so the file that
     runs is the shipped one."""
     config = copy.deepcopy(shipped)
     for dotted, value in changed.items():
@@ -535,6 +537,10 @@ def test_the_shipped_deployment_end_to_end(deployment: Deployment, tmp_path: Pat
     assert not unscored, f"kept retrievals not scored (phase, gateway, retrievals, status, error): {unscored}"
 
     # Prometheus: the span histograms count every scored retrieval by label; the shipped alert fires.
+    telemetry = get_text(d.url("telemetry", "/metrics")).splitlines()
+    dropped = [line for line in telemetry if line.startswith("otelcol_deltatocumulative_datapoints{")
+               and "error=" in line]  # points delta_to_cumulative refused (out of order, older start)
+    figures["delta_to_cumulative_errors"] = dropped
     for scorer in SCORERS:  # a span the spool forwarded twice is counted twice, as Jaeger shows it twice
         want = Counter(labels[t.template][scorer] for t in sent)
         want.update({label: n for (s, label), n in duplicated_retrievals.items() if s == scorer})

@@ -8,20 +8,18 @@ every second and evaluates the SHIPPED alerts.yml; only the test copy's `for:` d
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.servers.collector import free_port, get_json, get_text
 from tests.servers.processes import stop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,17 +33,6 @@ needs_promtool = pytest.mark.skipif(
 needs_prometheus = pytest.mark.skipif(
     shutil.which("prometheus") is None, reason="prometheus binary absent (apt-get install prometheus)"
 )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _get(url: str, timeout: float = 2.0) -> bytes:
-    with urllib.request.urlopen(url, timeout=timeout) as response:  # only 127.0.0.1 URLs are passed here
-        return bytes(response.read())
 
 
 @needs_promtool
@@ -123,7 +110,7 @@ def _scrape_names(port: int, want: set[str], timeout: float = 30.0) -> set[str]:
     deadline = time.monotonic() + timeout
     names: set[str] = set()
     while time.monotonic() < deadline:
-        text = _get(f"http://127.0.0.1:{port}/metrics").decode()
+        text = get_text(f"http://127.0.0.1:{port}/metrics", timeout=2.0)
         samples = [line for line in text.splitlines() if line and line[0] != "#"]
         names = {line.split("{", 1)[0].split(" ", 1)[0] for line in samples}
         names.update(label for line in samples for label in re.findall(r'[{,](\w+)="', line))
@@ -166,7 +153,7 @@ def _test_rules(tmp_path: Path) -> Path:
 @needs_prometheus
 def test_low_scores_fire_the_failing_share_and_drift_alerts(app: int, tmp_path: Path) -> None:
     rules = _test_rules(tmp_path)
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
@@ -186,7 +173,7 @@ def test_low_scores_fire_the_failing_share_and_drift_alerts(app: int, tmp_path: 
         while time.monotonic() < deadline:
             assert process.poll() is None, (tmp_path / "prometheus.log").read_text()[-2000:]
             try:
-                alerts = json.loads(_get(f"{base}/api/v1/alerts"))["data"]["alerts"]
+                alerts = get_json(f"{base}/api/v1/alerts", timeout=2.0)["data"]["alerts"]
             except OSError:
                 alerts = []
             firing_now = {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
