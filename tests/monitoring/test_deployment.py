@@ -55,6 +55,7 @@ CLEAR_PASS, CLEAR_FAIL = 0.7, 0.3  # a template is used when all its scores are 
 SAMPLED_SHARE = 0.10  # the shipped probabilistic policy's sampling_percentage / 100
 PHASE1_TRACES = 220
 PHASE2_TRACES = 90
+EVAL_FAILURES = (("error", "judge_error"), ("timeout", "judge_timeout")) * 4  # traces a gateway could not score
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="prometheus binary absent (apt-get install prometheus)")
@@ -176,6 +177,15 @@ def _send_trace(tracer: Any, t: Template, error: bool) -> str:
     if error:
         root.set_status(Status(StatusCode.ERROR, "upstream failed"))
     root.end()
+    return f"{root.get_span_context().trace_id:032x}"
+
+
+def _send_unscorable_trace(tracer: Any, status: str, error: str) -> str:
+    """A trace as a gateway forwards it when its judge failed: a retrieval with `ragtrace.eval.status` and no
+    score. The local judge never fails, so these go straight to the Collector's scored receiver, where the
+    gateways' output arrives, to show the keep-evaluation-errors policy at work."""
+    with tracer.start_as_current_span("rag-request") as root, tracer.start_as_current_span("retrieve") as retrieval:
+        retrieval.set_attributes({"ragtrace.eval.status": status, "ragtrace.eval.error": error})
     return f"{root.get_span_context().trace_id:032x}"
 
 
@@ -421,6 +431,14 @@ def test_the_shipped_deployment_end_to_end(deployment: Deployment, tmp_path: Pat
     assert sum(counts.values()) == PHASE1_TRACES * SPANS_PER_TRACE
     assert min(per_gateway.values()) > PHASE1_TRACES * 0.3, f"the ring is lopsided: {per_gateway}"
 
+    # Evaluation failures, as a gateway writes them, straight to the scored receiver (before phase 2, so that
+    # tail sampling has decided them when the failing traces are read back).
+    provider = app_provider(d.scored_endpoint, batch=True)
+    tracer = provider.get_tracer("rag-app")
+    unscorable = {_send_unscorable_trace(tracer, status, error): status for status, error in EVAL_FAILURES}
+    assert provider.force_flush(30_000)
+    provider.shutdown()
+
     # Phase 2: failing traces in batches; gateway b SIGKILLed mid-run, restarted 3 s later on its spool.
     before_kill = {g.name: g.health()["received_spans"] for g in d.gateways}
     lb_before = self_metrics(d)
@@ -496,17 +514,19 @@ def test_the_shipped_deployment_end_to_end(deployment: Deployment, tmp_path: Pat
 
     # Tail sampling: every failing and every ERROR trace kept, complete; 10 % of the rest.
     by_id = {t.trace_id: t for t in sent}
-    must_keep = expected_failing | {t.trace_id for t in sent if t.error}
+    must_keep = expected_failing | {t.trace_id for t in sent if t.error} | set(unscorable)
     rest = [t.trace_id for t in sent if t.trace_id not in must_keep]
     rest_kept = sum(1 for tid in rest if tid in kept)
     low, high = binomial_interval(len(rest), SAMPLED_SHARE)
     figures["tail_sampling"] = {"must_keep": len(must_keep), "kept": len(set(kept) & must_keep),
+                                "evaluation_failures": len(unscorable),
+                                "evaluation_failures_kept": len(set(unscorable) & set(kept)),
                                 "rest": len(rest), "rest_kept": rest_kept, "interval_1e-4": [low, high]}
     incomplete, duplicated = {}, 0
     duplicated_retrievals: Counter[tuple[str, str]] = Counter()  # (scorer, label) of a retrieval seen twice
     statuses: Counter[tuple[str, str]] = Counter()
     unscored: dict[str, tuple[Any, ...]] = {}
-    for tid in must_keep & set(kept):
+    for tid in must_keep & set(kept) - set(unscorable):
         spans = kept[tid]
         ids = Counter(s["spanID"] for s in spans)
         duplicated += sum(n - 1 for n in ids.values())
@@ -531,7 +551,9 @@ def test_the_shipped_deployment_end_to_end(deployment: Deployment, tmp_path: Pat
         f"missing {len(expected_failing - union)}, unexpected {len(union - expected_failing)}"
     )
     assert must_keep <= set(kept), f"dropped: {len(must_keep - set(kept))} of {len(must_keep)}"
-    assert set(kept) <= set(by_id), "Jaeger holds traces this test did not send"
+    assert set(kept) <= set(by_id) | set(unscorable), "Jaeger holds traces this test did not send"
+    for tid, written in unscorable.items():
+        assert len(kept[tid]) == 2 and written in {str(tags(s).get("ragtrace.eval.status")) for s in kept[tid]}
     assert low <= rest_kept <= high, figures["tail_sampling"]
     assert not incomplete, f"{len(incomplete)} kept traces arrived incomplete (spans found: {incomplete})"
     assert not unscored, f"kept retrievals not scored (phase, gateway, retrievals, status, error): {unscored}"
