@@ -13,10 +13,12 @@ import select
 import signal
 import sys
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.resources import Resource
 
     from ragtrace.gateway import Gateway
     from ragtrace.gateway.receivers import ReceiverLimits
@@ -221,6 +223,18 @@ def _problem(exc: Exception) -> str:
     return str(exc)
 
 
+def replica_resource() -> Resource:
+    """The SDK's resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES), with a `service.instance.id` of its
+    own when none is set: replicas behind one Collector otherwise share one identity, and its Prometheus
+    exporter keeps only the last replica's write of each series."""
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create()
+    if "service.instance.id" in resource.attributes:
+        return resource
+    return resource.merge(Resource({"service.instance.id": str(uuid.uuid4())}))
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
     from ragtrace.gateway import Gateway
@@ -236,7 +250,9 @@ def run(args: argparse.Namespace) -> int:
             from opentelemetry.sdk.metrics import MeterProvider
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-            meter_provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(outlet)])
+            meter_provider = MeterProvider(
+                metric_readers=[PeriodicExportingMetricReader(outlet)], resource=replica_resource()
+            )
         spool = spool_of(args)
         gateway = Gateway(
             settings, host=args.host, grpc_port=_port(args.grpc_port), http_port=_port(args.http_port),

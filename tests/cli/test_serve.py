@@ -274,3 +274,20 @@ def test_serve_logs_the_spool_with_the_counts(otlp_receiver: OtlpReceiver, tmp_p
         err = stopped(process)
     assert f"forwarded {len(ids)} (0 failed)" in err, err
     assert "; spool: 0 spans stored" in err and "0 duplicates received" in err, err
+
+
+def test_each_replica_has_an_instance_id_of_its_own_unless_one_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two gateways behind one Collector must not share a resource: its Prometheus exporter keys series by
+    service.instance.id and would keep only the last replica's write. Recent SDKs give each process
+    one; older ones (the floor allows them) give none, and the gateway makes its own."""
+    import subprocess
+
+    from ragtrace.cli.serve import replica_resource
+
+    monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    ask = [sys.executable, "-c", "from ragtrace.cli.serve import replica_resource as r; "
+           "print(r().attributes['service.instance.id'])"]
+    ids = {subprocess.run(ask, capture_output=True, text=True, check=True).stdout.strip() for _ in range(2)}
+    assert len(ids) == 2 and "" not in ids
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.instance.id=gateway-a")
+    assert replica_resource().attributes["service.instance.id"] == "gateway-a"
