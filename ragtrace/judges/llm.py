@@ -799,14 +799,16 @@ def _rejects_format(exc: BaseException, status: int | None) -> bool:
 
 
 def _auth_failure(exc: BaseException, status: int | None, litellm: Any) -> bool:
-    if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError) or status in (401, 403):
+    # From litellm.exceptions: litellm's top level exports PermissionDeniedError only from about 1.7x on.
+    errors = litellm.exceptions
+    if isinstance(exc, errors.AuthenticationError | errors.PermissionDeniedError) or status in (401, 403):
         return True
     # A missing key is often reported without a status (raised before sending) or as a 500 by a proxy.
     return (status is None or status >= 500) and bool(_AUTH_WORDS.search(str(exc)))
 
 
 def _unavailable(exc: BaseException, status: int | None, litellm: Any) -> bool:
-    if isinstance(exc, litellm.APIConnectionError):
+    if isinstance(exc, litellm.exceptions.APIConnectionError):
         return True
     return status is not None and (status >= 500 or status == 408)
 
