@@ -20,9 +20,16 @@ APP = textwrap.dedent(
     import io
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
     import ragtrace
+    from ragtrace.live.sampling import TRACE_ID_MASK
 
-    provider = TracerProvider()
+    class Unsampled(RandomIdGenerator):
+        # Trace ids no rate below 1 samples: the two traces are 'not sampled' by rule, not by chance.
+        def generate_trace_id(self):
+            return super().generate_trace_id() | TRACE_ID_MASK
+
+    provider = TracerProvider(id_generator=Unsampled())
     provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter(out=io.StringIO())))
     ragtrace.install(provider, judge="local", worker="thread", drift=False)
     tracer = provider.get_tracer("app")

@@ -59,16 +59,17 @@ class Failure(enum.Enum):
 def classify(exc: BaseException, *, format_requested: bool) -> Failure:
     """What `exc` means. A format refusal is only one when the call asked for a structured output."""
     litellm = load_litellm()
-    if isinstance(exc, TimeoutError | litellm.Timeout):
+    errors = litellm.exceptions  # litellm's top level exports PermissionDeniedError only from about 1.7x on
+    if isinstance(exc, TimeoutError | errors.Timeout):
         return Failure.TIMEOUT
     status = getattr(exc, "status_code", None)
     if format_requested and _rejects_format(exc, status):
         return Failure.FORMAT_REFUSED
-    if _auth_failure(exc, status, litellm):
+    if _auth_failure(exc, status, errors):
         return Failure.AUTH
     if status == 429:
         return Failure.RATE_LIMITED
-    if isinstance(exc, litellm.APIConnectionError) or (status is not None and (status >= 500 or status == 408)):
+    if isinstance(exc, errors.APIConnectionError) or (status is not None and (status >= 500 or status == 408)):
         return Failure.UNAVAILABLE
     return Failure.OTHER
 
@@ -81,8 +82,8 @@ def _rejects_format(exc: BaseException, status: int | None) -> bool:
     return any(word in text for word in _FORMAT_WORDS) or (status in (400, 422) and "schema" in text)
 
 
-def _auth_failure(exc: BaseException, status: int | None, litellm: Any) -> bool:
-    if isinstance(exc, litellm.AuthenticationError | litellm.PermissionDeniedError) or status in (401, 403):
+def _auth_failure(exc: BaseException, status: int | None, errors: Any) -> bool:
+    if isinstance(exc, errors.AuthenticationError | errors.PermissionDeniedError) or status in (401, 403):
         return True
     # A missing key is often reported without a status (raised before sending) or as a 500 by a proxy.
     return (status is None or status >= 500) and bool(_AUTH_WORDS.search(str(exc)))
