@@ -167,7 +167,9 @@ def test_csv_with_field_mapping(tmp_path: Path, capsys: pytest.CaptureFixture[st
     bad = tmp_path / "bad.csv"
     bad.write_text('question,contexts\nq1,"[""a""]"\nq2,not json\n', encoding="utf-8")
     code, _, stderr = run(capsys, str(bad))
-    assert code == 2 and f"{bad}:3: field 'contexts': expected a JSON list in the CSV cell" in stderr
+    assert code == 2 and (
+        f"{bad}:3: field 'contexts': expected a JSON list (or a Python list as pandas writes it) in the CSV cell"
+    ) in stderr
     code, _, stderr = run(capsys, str(data), "--query-field", "prompt")
     assert code == 2 and f"{data}:2: missing field 'prompt'" in stderr
 
