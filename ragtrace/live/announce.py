@@ -28,10 +28,10 @@ _WHY = {
 _WORKERS = {"process": "in a scoring process of its own", "thread": "in a thread of this process"}
 
 
-def say(message: str) -> None:
-    """INFO on the `ragtrace` logger; stderr when logging is not configured at all."""
+def say(message: str, level: int = logging.INFO) -> None:
+    """On the `ragtrace` logger (INFO unless told); stderr when logging is not configured at all."""
     if logger.hasHandlers():
-        logger.info(message)
+        logger.log(level, message)
     else:
         sys.stderr.write(message + "\n")
 

@@ -113,7 +113,7 @@ class LiveScoring:
         try:
             self.pipeline.settle(deadline, self.worker.call)
             if (line := nothing_scored_line(self.counts.decisions(), self.options.sampler.rate)) is not None:
-                say(line)
+                say(line, logging.WARNING)  # a problem to fix, seen at an app's default WARNING level too
             self.worker.stop(_left(deadline))
             self.pipeline.close_store()
             # Settling released everything: what the judging still does has no trace left to go to.

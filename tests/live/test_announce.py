@@ -59,6 +59,18 @@ def test_a_two_trace_app_at_the_default_rate_is_told_why_nothing_was_scored(tmp_
     assert "{'not_sampled': 2}" in shutdown
 
 
+def test_an_app_logging_at_the_default_warning_level_still_hears_that_nothing_was_scored(tmp_path: Path) -> None:
+    """`logging.basicConfig()` leaves the root at WARNING: the setup line (INFO) is quiet there, the shutdown
+    line says a problem to fix and is a warning."""
+    app = tmp_path / "app.py"
+    app.write_text("import logging\nlogging.basicConfig()\n" + APP)
+    done = subprocess.run([sys.executable, str(app)], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "ragtrace:" in line]
+    assert len(said) == 1 and said[0].startswith("WARNING:ragtrace:ragtrace: scored nothing: 2 not sampled"), said
+
+
 def test_setup_is_said_once_on_the_ragtrace_logger(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO", logger="ragtrace")
     provider = TracerProvider()
