@@ -284,9 +284,13 @@ class _Trace:
         within more (smolagents' "New task:\n<question>") wraps it: the input is the question. Without a query
         of the retrieval's own to weigh them against, the sources are taken as they are (the generation's
         message even when paired by time)."""
-        own = _normalised(reading.query or "")
         strict = reading.query is not None
-
+        run_inputs = self.run_inputs(node, notes)
+        # Paired by time, the generation may be another step's: its message counts only without a query to weigh.
+        consulted = generation if rule != "time" or not strict else None
+        if not run_inputs and consulted is None:
+            return None  # nothing recorded the user asking (an ordinary trace whose root says nothing)
+        own = _normalised(reading.query or "")
         raw_own = (reading.query or "").strip()
 
         def is_question(text: str) -> bool:
@@ -299,17 +303,16 @@ class _Trace:
                 return False
             return not any(p in flat for p in self.probes(node, reading))
 
-        run_inputs = self.run_inputs(node, notes)
         if strict and any(_normalised(text) == own for text, _ in run_inputs):
             return None  # the run was given the retrieval's query itself: no rewrite to undo
         inputs = [(text, where) for text, where in run_inputs if is_question(text)]
-        if generation is not None and (rule != "time" or not strict):
+        if consulted is not None:
             try:
-                found = readers.read_user_message(generation.span, generation.shape, self.limits, notes)
+                found = readers.read_user_message(consulted.span, consulted.shape, self.limits, notes)
                 if found is not None and is_question(found):
                     flat = _normalised(found)
                     inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
-                    turns = readers.read_user_turns(generation.span, generation.shape, self.limits, notes)
+                    turns = readers.read_user_turns(consulted.span, consulted.shape, self.limits, notes)
                     return (*inner, turns) if inner is not None else (found, "generation", turns)
             except Exception:
                 notes.add("reader_error")
