@@ -120,7 +120,7 @@ class _Trace:
         self.root = self._root()
         self.limits = limits
         self.rules = rules
-        self._session: tuple[str | None] | None = None
+        self._marks: tuple[list[_Node], str | None] | None = None
         self._run_inputs: dict[int, str | bool | None] = {}
         self._probes: dict[int, list[str]] = {}
         self._agents: dict[int, _Node | None] = {}
@@ -357,19 +357,33 @@ class _Trace:
             return own, "retrieval (standalone form of a follow-up)"
         return question, where
 
+    def marks(self) -> tuple[list[_Node], str | None]:
+        """What few spans of a trace say, found in one pass of dict lookups over its spans the first time a
+        sample needs it: the spans that carry a ground truth, and the conversation the trace belongs to (one
+        trace, one conversation: the root's, else the first span's that says; Pydantic AI writes it on every
+        span, OpenLLMetry on the root only)."""
+        if self._marks is None:
+            holders: list[_Node] = []
+            said: list[_Node] = []
+            for n in self.nodes:
+                attrs = attrs_of(n.span)
+                if GROUND_TRUTH in attrs:
+                    holders.append(n)
+                if not readers.SESSION_MARKERS.isdisjoint(attrs):  # most spans say nothing
+                    said.append(n)
+            if self.root in said:
+                said.insert(0, self.root)
+            session = next((found for n in said if (found := readers.read_session(n.span)) is not None), None)
+            self._marks = (holders, session)
+        return self._marks
+
     def session(self) -> str | None:
-        """The conversation the trace belongs to (one trace, one conversation): the root's, else the first
-        span's that says (Pydantic AI writes it on every span, OpenLLMetry on the root only)."""
-        if self._session is None:
-            first = [self.root] if self.root is not None else []
-            self._session = (next((f for n in first + self.nodes if (f := readers.read_session(n.span)) is not None),
-                                  None),)
-        return self._session[0]
+        return self.marks()[1]
 
     def ground_truth(self, preferred: Sequence[_Node | None], notes: set[str]) -> str | None:
         """`ragtrace.ground_truth` from the retrieval, its generation, the root, then any span."""
-        holders = [n for n in self.nodes if GROUND_TRUTH in attrs_of(n.span)]
-        if not holders:  # the usual case: one pass of dict lookups, no sort
+        holders = self.marks()[0]
+        if not holders:  # the usual case
             return None
         order = [n for n in preferred if n is not None] + sorted(holders, key=lambda n: n.sort_key)
         for node in order:
