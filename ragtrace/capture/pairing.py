@@ -256,7 +256,8 @@ class _Trace:
         """The starts of a retrieval's texts that count as evidence when quoted, worked out once."""
         found = self._probes.get(retrieval.span_id)
         if found is None:
-            found = [p for p in (_probe(d.content) for d in reading.documents) if len(p) >= MIN_EVIDENCE_CHARS]
+            found = [_probe(d.content) for d in reading.documents]
+            found = [p for p in found if len(p) >= MIN_EVIDENCE_CHARS]
             self._probes[retrieval.span_id] = found
         return found
 
