@@ -120,7 +120,7 @@ class _Trace:
         self.root = self._root()
         self.limits = limits
         self.rules = rules
-        self._session: tuple[str | None] | None = None
+        self._marks: tuple[list[_Node], str | None] | None = None
         self._run_inputs: dict[int, str | bool | None] = {}
         self._probes: dict[int, list[str]] = {}
         self._agents: dict[int, _Node | None] = {}
@@ -256,7 +256,8 @@ class _Trace:
         """The starts of a retrieval's texts that count as evidence when quoted, worked out once."""
         found = self._probes.get(retrieval.span_id)
         if found is None:
-            found = [p for p in (_probe(d.content) for d in reading.documents) if len(p) >= MIN_EVIDENCE_CHARS]
+            found = [_probe(d.content) for d in reading.documents]
+            found = [p for p in found if len(p) >= MIN_EVIDENCE_CHARS]
             self._probes[retrieval.span_id] = found
         return found
 
@@ -284,9 +285,13 @@ class _Trace:
         within more (smolagents' "New task:\n<question>") wraps it: the input is the question. Without a query
         of the retrieval's own to weigh them against, the sources are taken as they are (the generation's
         message even when paired by time)."""
-        own = _normalised(reading.query or "")
         strict = reading.query is not None
-
+        run_inputs = self.run_inputs(node, notes)
+        # Paired by time, the generation may be another step's: its message counts only without a query to weigh.
+        consulted = generation if rule != "time" or not strict else None
+        if not run_inputs and consulted is None:
+            return None  # nothing recorded the user asking (an ordinary trace whose root says nothing)
+        own = _normalised(reading.query or "")
         raw_own = (reading.query or "").strip()
 
         def is_question(text: str) -> bool:
@@ -299,17 +304,16 @@ class _Trace:
                 return False
             return not any(p in flat for p in self.probes(node, reading))
 
-        run_inputs = self.run_inputs(node, notes)
         if strict and any(_normalised(text) == own for text, _ in run_inputs):
             return None  # the run was given the retrieval's query itself: no rewrite to undo
         inputs = [(text, where) for text, where in run_inputs if is_question(text)]
-        if generation is not None and (rule != "time" or not strict):
+        if consulted is not None:
             try:
-                found = readers.read_user_message(generation.span, generation.shape, self.limits, notes)
+                found = readers.read_user_message(consulted.span, consulted.shape, self.limits, notes)
                 if found is not None and is_question(found):
                     flat = _normalised(found)
                     inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
-                    turns = readers.read_user_turns(generation.span, generation.shape, self.limits, notes)
+                    turns = readers.read_user_turns(consulted.span, consulted.shape, self.limits, notes)
                     return (*inner, turns) if inner is not None else (found, "generation", turns)
             except Exception:
                 notes.add("reader_error")
@@ -354,19 +358,33 @@ class _Trace:
             return own, "retrieval (standalone form of a follow-up)"
         return question, where
 
+    def marks(self) -> tuple[list[_Node], str | None]:
+        """What few spans of a trace say, found in one pass of dict lookups over its spans the first time a
+        sample needs it: the spans that carry a ground truth, and the conversation the trace belongs to (one
+        trace, one conversation: the root's, else the first span's that says; Pydantic AI writes it on every
+        span, OpenLLMetry on the root only)."""
+        if self._marks is None:
+            holders: list[_Node] = []
+            said: list[_Node] = []
+            for n in self.nodes:
+                attrs = attrs_of(n.span)
+                if GROUND_TRUTH in attrs:
+                    holders.append(n)
+                if not readers.SESSION_MARKERS.isdisjoint(attrs):  # most spans say nothing
+                    said.append(n)
+            if self.root in said:
+                said.insert(0, self.root)
+            session = next((found for n in said if (found := readers.read_session(n.span)) is not None), None)
+            self._marks = (holders, session)
+        return self._marks
+
     def session(self) -> str | None:
-        """The conversation the trace belongs to (one trace, one conversation): the root's, else the first
-        span's that says (Pydantic AI writes it on every span, OpenLLMetry on the root only)."""
-        if self._session is None:
-            first = [self.root] if self.root is not None else []
-            self._session = (next((f for n in first + self.nodes if (f := readers.read_session(n.span)) is not None),
-                                  None),)
-        return self._session[0]
+        return self.marks()[1]
 
     def ground_truth(self, preferred: Sequence[_Node | None], notes: set[str]) -> str | None:
         """`ragtrace.ground_truth` from the retrieval, its generation, the root, then any span."""
-        holders = [n for n in self.nodes if GROUND_TRUTH in attrs_of(n.span)]
-        if not holders:  # the usual case: one pass of dict lookups, no sort
+        holders = self.marks()[0]
+        if not holders:  # the usual case
             return None
         order = [n for n in preferred if n is not None] + sorted(holders, key=lambda n: n.sort_key)
         for node in order:

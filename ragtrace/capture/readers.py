@@ -183,7 +183,7 @@ _AGENT_MARKERS = frozenset({genai.OPERATION, openinference.KIND, openllmetry.SPA
 # Where a trace says which conversation it belongs to, best first (OpenInference, GenAI, OpenLLMetry).
 SESSION_KEYS = ("session.id", "gen_ai.conversation.id", "traceloop.association.properties.session_id",
                 "traceloop.association.properties.conversation_id")
-_SESSION_KEYS = frozenset(SESSION_KEYS)
+SESSION_MARKERS = frozenset(SESSION_KEYS)
 
 
 def is_agent(span: ReadableSpan) -> bool:
@@ -203,7 +203,7 @@ def is_agent(span: ReadableSpan) -> bool:
 def read_session(span: ReadableSpan) -> str | None:
     """The conversation a span belongs to, when it says."""
     attrs = attrs_of(span)
-    if _SESSION_KEYS.isdisjoint(attrs):  # one C-level pass: most spans say nothing
+    if SESSION_MARKERS.isdisjoint(attrs):  # one C-level pass: most spans say nothing
         return None
     for key in SESSION_KEYS:
         value = attrs.get(key)
