@@ -142,6 +142,8 @@ def test_every_name_used_in_collector_exists() -> None:
 # up, otlphttp for backends that take OTLP over HTTP only (Arize Phoenix, see README.md).
 OPERATOR_EXTRAS = {("exporters", "debug"), ("exporters", "otlp_http")}
 KINDS = ("receivers", "processors", "exporters", "connectors", "extensions")
+# The shipped Collector configs: the deployment, and the one that captures traces to a file for explain.
+COLLECTOR_CONFIGS = ("otelcol.yaml", "otelcol-file.yaml")
 
 
 def _used_components(config: dict[str, Any]) -> set[tuple[str, str]]:
@@ -153,14 +155,16 @@ def test_the_distribution_has_exactly_the_components_the_shipped_config_uses(col
     assert listed.returncode == 0, listed.stderr
     inventory = yaml.safe_load(listed.stdout)
     built = {(kind, c["name"]) for kind in KINDS for c in inventory.get(kind) or []}
-    used = _used_components(yaml.safe_load((COLLECTOR / "otelcol.yaml").read_text()))
+    used = set().union(*(_used_components(yaml.safe_load((COLLECTOR / c).read_text())) for c in COLLECTOR_CONFIGS))
     assert used <= built, f"used but not built: {used - built}"
     assert built - used == OPERATOR_EXTRAS, f"built but unused: {built - used - OPERATOR_EXTRAS}"
     versions = {c["module"].rsplit(" ", 1)[-1] for kind in KINDS for c in inventory.get(kind) or []}
     assert versions == {"v0.161.0"}, f"one Collector release for every module: {versions}"
 
 
-@pytest.mark.parametrize(("config", "binary"), [("otelcol.yaml", "otelcol"), ("jaeger.yaml", "jaeger")])
+@pytest.mark.parametrize(
+    ("config", "binary"), [*((c, "otelcol") for c in COLLECTOR_CONFIGS), ("jaeger.yaml", "jaeger")]
+)
 def test_the_built_binaries_validate_every_shipped_config(
     collector_binaries: Binaries, config: str, binary: str
 ) -> None:

@@ -73,7 +73,7 @@ def _leaves(tree: Any, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]
 
 
 # Addresses (and, for Prometheus, the rules' path and the 1 s intervals): the only keys a test copy changes.
-ADDRESS_KEYS = {"endpoint", "directory", "host", "port", "resolver", "targets", "rule_files",
+ADDRESS_KEYS = {"endpoint", "directory", "path", "host", "port", "resolver", "targets", "rule_files",
                 "scrape_interval", "evaluation_interval"}
 
 
