@@ -91,6 +91,21 @@ def test_demo_without_an_endpoint_says_the_scores_stayed_on_the_console(monkeypa
     assert "= fail" not in closing.replace("== 'fail'", "")
 
 
+def test_demo_without_an_endpoint_sends_people_to_the_rows_not_to_a_trace_ui(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30, item 11: with the scores on the console only, the drift hint names the rows above, and no
+    trace UI (there is none to open the traces in)."""
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
+    out = io.StringIO()
+    assert run_demo(requests=40, out=out) == 0
+    closing = out.getvalue().rsplit("\n\n", 1)[1]
+    assert "The drift detector flagged" in closing, closing
+    named = re.search(r"the rows of trace ([0-9a-f, ]+) above say why", closing)
+    assert named and "in your trace UI to see why" not in closing, closing
+    rows = {m.group(2) for line in out.getvalue().splitlines() if (m := ROW.match(line))}
+    assert {t[:8] for t in named.group(1).split(", ")} <= rows  # the traces named are rows of the table
+
+
 class SilentJudge:
     """A judge that never answers in time."""
 
