@@ -19,7 +19,7 @@ import pytest
 from ragtrace.gateway import Gateway
 from tests.gateway.test_gateway import make_gateway, send_rag_traffic
 from tests.servers.otlp import OtlpReceiver
-from tests.servers.processes import stop
+from tests.servers.processes import stop, wait_listening
 
 
 def rotel_binary() -> Path:
@@ -38,19 +38,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"rotel exited with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"rotel did not listen on {port} within {timeout}s")
 
 
 class Rotel:

@@ -5,7 +5,6 @@ an app's trace over OTLP/gRPC and writes it; the replayed scores equal `evaluate
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,16 +18,9 @@ from ragtrace.cli.main import main
 from tests.live.fakes import rag_trace
 from tests.monitoring.test_deployment import _shipped, deployed
 from tests.servers.collector import Binaries, Server, free_port, servers, wait_for
+from tests.servers.processes import wait_listening
 
 QUERY, DOCS, ANSWER = "what is good?", ("good doc: what is good is kind", "noise about weather"), "kind is good"
-
-
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 def test_explain_and_replay_read_what_the_collector_file_exporter_wrote(
@@ -44,8 +36,7 @@ def test_explain_and_replay_read_what_the_collector_file_exporter_wrote(
     with servers() as started:
         collector = Server("otelcol", [str(collector_binaries.otelcol), f"--config={config}"], tmp_path)
         started.append(collector)
-        wait_for("the Collector's OTLP receiver", lambda: _listening(grpc) or collector.process.poll(), timeout=60)
-        assert collector.process.poll() is None, collector.tail()
+        wait_listening(grpc, collector.process, timeout=60)
         provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{grpc}",
                                                                          insecure=True)))
