@@ -348,8 +348,8 @@ class Gateway:
         others = [s for s in spans if s.context is None or not self._sampler.might_sample(s.context.trace_id)]
 
         def release() -> None:
-            pipeline.emit(others if scoring.options.enrich else spans)  # link mode: the evaluation spans only
-            pipeline.emit_not_judged(sampled, REPLAYED_LATE)
+            pipeline.forward(others)
+            pipeline.forward(sampled, REPLAYED_LATE)
 
         if not scoring.worker.call(release, timeout=30.0):
             logger.warning("ragtrace gateway: the scoring worker did not take %d replayed spans in 30 s", len(spans))

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from ragtrace._sdk import IS_REMOTE, PUBLIC_IDS, SDK_IDS, SDK_SPAN, TRACE_ID
 from ragtrace.capture import DEFAULT_RULES, CaptureRules, capture_start
 from ragtrace.live.counts import Counts
+from ragtrace.live.modes import Mode
 from ragtrace.live.sampling import TRACE_ID_MASK
 from ragtrace.live.store import SpanStore
 
@@ -27,24 +28,25 @@ class Admission:
     A sampled trace is held from the first span the readers need on (`capture_start`): the spans that
     end before it carry no score and inform none, so they go straight on, and a trace with no RAG span
     is never held at all. `hold_every_span` holds all spans of a sampled trace (an extractor may read
-    any of them). In link mode the store keeps a reference to read, and the span still goes on at once.
+    any of them). In link mode (`mode.holds_spans` False) the store keeps a reference to read, and the span
+    still goes on at once.
     """
 
     def __init__(
-        self, store: SpanStore, counts: Counts, *, trace_id_bound: int, enrich: bool, hold_every_span: bool,
+        self, store: SpanStore, counts: Counts, *, trace_id_bound: int, mode: Mode, hold_every_span: bool,
         rules: CaptureRules = DEFAULT_RULES,
     ) -> None:
         self._store = store
         self._counts = counts
         self._bound = trace_id_bound
-        self._enrich = enrich
+        self._wait_for_release = mode.holds_spans  # decided once: the hot path reads a bool
         self._hold_every_span = hold_every_span
         self._rules = rules
-        self.closed = False
+        self.holding = True
 
-    def close(self) -> None:
+    def stop_holding(self) -> None:
         """From now on every span goes on at once (shutdown)."""
-        self.closed = True
+        self.holding = False
 
     def holds(self, span: ReadableSpan) -> bool:
         """True when the span is held for scoring; False: it goes on now. Never raises."""
@@ -90,7 +92,7 @@ class Admission:
 
     def _hold(self, span: ReadableSpan, trace_id: int, is_root: bool) -> bool:
         """True when the store keeps the span for the pipeline to release; False: it goes on now."""
-        if self.closed:
+        if not self.holding:
             return False
         held = self._store.open_trace(trace_id)
         if held is not None and held.has_retrieval:  # held anyway, and nothing more to learn from it
@@ -104,7 +106,7 @@ class Admission:
                     return False
         result = self._store.add(span, trace_id, is_root, start == "retrieval", start is not None)
         if result == "held":
-            return self._enrich
+            return self._wait_for_release
         if result == "passed":
             if is_root:  # a sampled trace that ended with nothing to read
                 next(self._counts.rag_free_roots.count)
@@ -114,5 +116,5 @@ class Admission:
         # A sampled retrieval span says why it was not judged (turned away, or it ended after its trace
         # had closed): on itself, going on at the next tick, or (link mode) on a span of its own then.
         if start == "retrieval" or (start == "held" and capture_start(span, self._rules) == "retrieval"):
-            return self._store.refuse(span, result) and self._enrich
+            return self._store.refuse(span, result) and self._wait_for_release
         return False

@@ -17,7 +17,8 @@ import weakref
 from ragtrace.live.admission import Admission
 from ragtrace.live.announce import nothing_scored_line, say
 from ragtrace.live.counts import Counts
-from ragtrace.live.jobs import JobJudging
+from ragtrace.live.jobs import ThreadJudging
+from ragtrace.live.modes import Enrich, Link, Mode
 from ragtrace.live.options import ScoringOptions
 from ragtrace.live.pipeline import Judging, Pipeline, Sink
 from ragtrace.live.scoring_process.parent import ProcessJudging
@@ -34,14 +35,19 @@ class LiveScoring:
         self.options = options
         self.store = SpanStore(max_held_spans=options.max_held_spans, max_open_traces=options.max_open_traces)
         self.counts = Counts()
+        self.sink = sink
+        # Enrich or link, chosen here once: admission and the pipeline ask the mode, never the options.
+        self.mode: Mode = (Enrich if options.enrich else Link)(
+            reason_max_chars=options.reason_max_chars, model=options.model,
+            prompt_version=options.prompt_version, rules=options.capture_rules,
+        )
         self.admission = Admission(
-            self.store, self.counts, trace_id_bound=options.sampler.trace_id_bound, enrich=options.enrich,
+            self.store, self.counts, trace_id_bound=options.sampler.trace_id_bound, mode=self.mode,
             hold_every_span=options.extractor is not None, rules=options.capture_rules,
         )
-        self.pipeline = Pipeline(options, self.store, self.counts, sink)
         self._shutdown = False
         self._shutdown_lock = threading.Lock()
-        self.worker, self.judging = self._start()
+        self.worker, self.judging, self.pipeline = self._start()
         if hasattr(os, "register_at_fork"):  # like the SDK's BatchSpanProcessor: a fresh worker per child
             after_fork = weakref.WeakMethod(self._after_fork_in_child)
             os.register_at_fork(after_in_child=lambda: (method := after_fork()) and method())
@@ -51,35 +57,37 @@ class LiveScoring:
             except Exception:
                 logger.exception("ragtrace: metrics.observe failed")
 
-    def _start(self) -> tuple[ScoringWorker, Judging]:
+    def _start(self) -> tuple[ScoringWorker, Judging, Pipeline]:
         options = self.options
+        ticks: list[Pipeline] = []  # the worker ticks the pipeline, which is built with the worker's judging
         worker = ScoringWorker(
             options.judge, concurrency=options.concurrency, max_queue=options.max_queue,
-            on_tick=self.pipeline.tick, tick_interval=options.tick_interval,
+            on_tick=lambda: ticks[0].tick() if ticks else True, tick_interval=options.tick_interval,
         )
         judging: Judging
         if options.worker == "process":
             try:
-                judging = ProcessJudging(self.pipeline, worker, closed=lambda: self._shutdown)
+                judging = ProcessJudging(options, worker, shutting_down=lambda: self._shutdown)
             except BaseException:
                 worker.stop()
                 raise
         else:
-            judging = JobJudging(self.pipeline, worker)
-        self.pipeline.use(judging)
+            judging = ThreadJudging(options, worker)
+        pipeline = Pipeline(options, self.store, self.counts, self.sink, judging, self.mode)
+        ticks.append(pipeline)
         worker.start()
-        return worker, judging
+        return worker, judging, pipeline
 
     def _after_fork_in_child(self) -> None:
         """The worker thread does not survive fork, and the parent releases what it held: start empty."""
         self.store.reset()
         self.counts.after_fork()
-        self.pipeline.sink.after_fork()
+        self.sink.after_fork()
         self._shutdown_lock = threading.Lock()
         if isinstance(self.judging, ProcessJudging):
             self.judging.abandon()
         if not self._shutdown:
-            self.worker, self.judging = self._start()
+            self.worker, self.judging, self.pipeline = self._start()
 
     # --- flush and shutdown ---------------------------------------------------------------------------
 
@@ -96,7 +104,7 @@ class LiveScoring:
             logger.exception("ragtrace: force_flush failed")
         remaining = max(int((deadline - time.monotonic()) * 1000), 0)
         try:
-            return bool(self.pipeline.sink.flush(remaining)) and settled
+            return bool(self.sink.flush(remaining)) and settled
         except Exception:
             logger.exception("ragtrace: flushing the wrapped processor or exporter failed")
             return False
@@ -108,14 +116,14 @@ class LiveScoring:
             if self._shutdown:
                 return
             self._shutdown = True
-        self.admission.close()
+        self.admission.stop_holding()
         deadline = time.monotonic() + self.options.score_deadline
         try:
             self.pipeline.settle(deadline, self.worker.call)
             if (line := nothing_scored_line(self.counts.decisions(), self.options.sampler.rate)) is not None:
                 say(line, logging.WARNING)  # a problem to fix, seen at an app's default WARNING level too
             self.worker.stop(_left(deadline))
-            self.pipeline.close_store()
+            self.pipeline.shut_down()
             # Settling released everything: what the judging still does has no trace left to go to.
             self.judging.stop(min(_left(deadline), STOP_MAX_S))
             if self.options.metrics is not None:
@@ -123,7 +131,7 @@ class LiveScoring:
         except Exception:
             logger.exception("ragtrace: shutdown failed")
         try:
-            self.pipeline.sink.shutdown()
+            self.sink.shutdown()
         except Exception:
             logger.exception("ragtrace: shutting the wrapped processor or exporter down failed")
 

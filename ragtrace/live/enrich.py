@@ -42,7 +42,7 @@ class Evaluation:
 
     results: tuple[ScoreResult, ...]
     usage: JudgeUsage
-    timed_out: bool = False
+    expired: bool = False  # its deadline passed before the judge answered
     model: str = ""
     prompt_version: str = ""
     # Nothing was judged, and why: (status, ragtrace.eval.error), e.g. ("skipped", "queue_full").
@@ -52,7 +52,7 @@ class Evaluation:
     def status(self) -> EvalStatus:
         if self.outcome is not None:
             return self.outcome[0]
-        if self.timed_out:
+        if self.expired:
             return "timeout"
         scored = any(r.status == "scored" for r in self.results)
         errors = [r.error for r in self.results if r.error is not None]
@@ -66,7 +66,7 @@ class Evaluation:
     def error(self) -> str | None:
         if self.outcome is not None:
             return self.outcome[1]
-        if self.timed_out:
+        if self.expired:
             return JUDGE_TIMEOUT
         return next((r.error for r in self.results if r.error is not None), None)
 
@@ -128,12 +128,12 @@ class Rollup:
         return attrs
 
 
-def timed_out(names: Sequence[str], model: str, prompt_version: str) -> Evaluation:
+def timeout_evaluation(names: Sequence[str], model: str, prompt_version: str) -> Evaluation:
     """The evaluation of a sample whose scores did not arrive before its trace was released."""
     return Evaluation(
         results=tuple(timed_out_result(n) for n in names),
         usage=JudgeUsage(),
-        timed_out=True,
+        expired=True,
         model=model,
         prompt_version=prompt_version,
     )

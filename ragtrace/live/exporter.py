@@ -66,11 +66,11 @@ class BatchOutlet:
         self._gathered = []
         self._gathering, self._exporting = threading.Lock(), threading.Lock()
 
-    def emit(self, spans: Iterable[ReadableSpan]) -> None:
+    def send(self, spans: Iterable[ReadableSpan]) -> None:
         with self._gathering:
             self._gathered.extend(spans)
 
-    def emitted(self) -> bool:
+    def end_tick(self) -> bool:
         self.export()
         return False
 

@@ -11,7 +11,7 @@ from ragtrace._sdk import is_local_root
 from ragtrace.capture import CapturedSample
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
-from ragtrace.scoring import ContextRecall, RagSample, Scorer
+from ragtrace.scoring import ContextRecall, JudgeUsage, RagSample, Scorer
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +37,9 @@ class Planner:
         chosen = self._sampler.scorers_for(trace_id, span, names) if names else ()
         if not chosen:
             return "not_sampled"
-        admission = self._sampler.admit()
-        if admission != "ok":
-            return admission
+        allowance = self._sampler.admit()
+        if allowance != "ok":
+            return allowance
         sample = captured.sample
         if self._redactor is not None:
             try:
@@ -48,6 +48,10 @@ class Planner:
                 logger.exception("ragtrace: redaction failed; sample not judged")
                 return "error"
         return sample, tuple(self._by_name[n] for n in chosen if n in self._by_name)
+
+    def charge(self, usage: JudgeUsage) -> None:
+        """Bill a judged sample's usage to the sampler's budget."""
+        self._sampler.charge(usage)
 
     def target_of(
         self, captured: CapturedSample, by_id: dict[int, ReadableSpan], spans: Sequence[ReadableSpan]

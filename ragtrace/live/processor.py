@@ -54,11 +54,11 @@ class ProcessorSink:
         self.max_waiting = max_waiting
         self._waiting: deque[ReadableSpan] = deque()
 
-    def emit(self, spans: Iterable[ReadableSpan]) -> None:
+    def send(self, spans: Iterable[ReadableSpan]) -> None:
         self._waiting.extend(spans)
         self._forward()
 
-    def emitted(self) -> bool:
+    def end_tick(self) -> bool:
         self._forward()
         return bool(self._waiting)
 

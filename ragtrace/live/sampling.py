@@ -27,11 +27,11 @@ from ragtrace._checks import fraction
 from ragtrace.judges.limits import DailyBudget, RateLimiter
 from ragtrace.scoring.result import JudgeUsage
 
-__all__ = ["Admission", "Sampler", "SamplingRule", "trace_sampled"]
+__all__ = ["Allowance", "Sampler", "SamplingRule", "trace_sampled"]
 
 _logger = logging.getLogger(__name__)
 
-Admission = Literal["ok", "throttled", "over_budget"]
+Allowance = Literal["ok", "throttled", "over_budget"]
 AttributeValue = str | int | float | bool
 
 TRACE_ID_MASK = TraceIdRatioBased.TRACE_ID_LIMIT
@@ -142,7 +142,7 @@ class Sampler:
         self._scorer_bounds = {name: _bound(r) for name, r in self.scorer_rates.items()}
         self._max_bound = max((self._base_bound, *self._rule_bounds))
 
-        # Admission uses the judges' own limiters: a non-blocking token bucket holding one minute's worth
+        # `admit` uses the judges' own limiters: a non-blocking token bucket holding one minute's worth
         # of evaluations, and daily budgets (an unset budget still counts, so spend is always reported).
         self._throttle = (
             RateLimiter(evaluations_per_minute, burst=max(1.0, evaluations_per_minute), clock=clock)
@@ -193,7 +193,7 @@ class Sampler:
 
     # -- admission (stateful: throttle and budget) --------------------------------------------------
 
-    def admit(self) -> Admission:
+    def admit(self) -> Allowance:
         """Take one evaluation from the per-minute bucket unless the day's budget is spent. Thread-safe."""
         if self._token_budget.exhausted() or self._usd_budget.exhausted():
             return "over_budget"  # checked first, so a spent budget does not use up the throttle

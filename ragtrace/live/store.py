@@ -10,15 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import TraceFlags
-from opentelemetry.util.types import AttributeValue
-
-from ragtrace.live.enrich import Evaluation, Rollup
 
 AddResult = Literal["held", "late", "overflow", "turned_away", "passed"]
 # Why a span goes on without a sample: the limits turned its trace away, or its trace had closed already.
@@ -27,7 +22,7 @@ Refusal = Literal["overflow", "turned_away", "late"]
 
 @dataclass(slots=True)
 class OpenTrace:
-    """Ended spans of a trace whose local root has not been seen closing yet."""
+    """Ended spans of a trace whose local root has not been seen ending yet."""
 
     spans: list[ReadableSpan]
     opened: float
@@ -36,36 +31,32 @@ class OpenTrace:
 
 
 @dataclass(frozen=True, slots=True)
-class SampleRef:
-    """A sample of a pending trace: the span its scores go to, its scorers, its retriever's name."""
+class ClosedTrace:
+    """A trace taken out of the store to be judged or sent on: its root ended, it waited `max_trace_wait`,
+    or a flush or shutdown closed it."""
 
-    target: int
-    names: tuple[str, ...]
-    retriever: str
-    agent: int | None = None  # the agent span whose roll-up counts this sample's evaluation
+    trace_id: int
+    spans: list[ReadableSpan]
+    overflowed: bool = False
+    has_retrieval: bool = False
 
 
 @dataclass(slots=True)
 class PendingTrace:
-    """A closed trace with scoring jobs out. In enrich mode `spans` wait for them or for `deadline`."""
+    """A closed trace parked in the store while it is judged, until its verdict or its `deadline`. In link
+    mode its spans went on as they ended: it keeps them to link to, and none of them is `counted` as held."""
 
     trace_id: int
     spans: list[ReadableSpan]
     deadline: float
-    resource: Resource
-    trace_flags: TraceFlags
-    # sample key -> what to do with its evaluation; a key leaves when its job reports
-    waiting: dict[int, SampleRef] = field(default_factory=dict)
-    # target span id -> evaluations to write on it (several samples may share a target)
-    evaluations: dict[int, list[Evaluation]] = field(default_factory=dict)
-    # target span id -> what its samples say about themselves (query source, session); agent span id ->
-    # the roll-up of its retrievals
-    annotations: dict[int, dict[str, AttributeValue]] = field(default_factory=dict)
-    rollups: dict[int, Rollup] = field(default_factory=dict)
+    counted: int  # how many of `spans` the store counts as held
 
 
 class SpanStore:
-    """Held spans (`held` counts them all), open traces, pending traces and recently closed trace ids."""
+    """Held spans, open traces, pending traces and recently closed trace ids.
+
+    `held` counts the spans the store holds: those of open traces, and those pending traces keep counted.
+    Only the store changes it: a span is counted when it is added, and no longer when its trace leaves."""
 
     def __init__(self, *, max_held_spans: int, max_open_traces: int) -> None:
         self.max_held_spans = max_held_spans
@@ -76,9 +67,8 @@ class SpanStore:
         """Empty, with a fresh lock: a forked child starts so (a lock another thread held at the fork
         stays held in the child, and the parent releases what it held)."""
         self.lock = threading.Lock()
-        self._drained = threading.Condition(self.lock)  # notified when the last pending trace leaves
         self.held = 0
-        self.closed = False
+        self.shut = False
         self._open: dict[int, OpenTrace] = {}
         self._pending: dict[int, PendingTrace] = {}
         # Trace ids already closed or bypassed, so that late spans pass straight through (bounded, oldest
@@ -97,7 +87,7 @@ class SpanStore:
         """Hold a span, or say why not: `late` (its trace is closed), `overflow` (limits reached) or
         `passed` (nothing of its trace is held and the span does not open it: a root closes it then)."""
         with self.lock:
-            if self.closed:
+            if self.shut:
                 return "late"
             done = self._done.get(trace_id)
             if done is not None:
@@ -129,7 +119,7 @@ class SpanStore:
         """Keep a retrieval span that has no sample until the next tick, which releases it with its
         status; False after shutdown (it goes on as it is). Bounded by what arrives in one tick."""
         with self.lock:
-            if self.closed:
+            if self.shut:
                 return False
             self._refused.append((span, why))
             return True
@@ -153,9 +143,9 @@ class SpanStore:
 
     # --- worker thread ----------------------------------------------------------------------------
 
-    def take_closing(self, max_trace_wait: float, *, everything: bool = False) -> list[OpenTrace]:
+    def take_closing(self, max_trace_wait: float, *, everything: bool = False) -> list[ClosedTrace]:
         """Traces whose root ended, that waited longer than `max_trace_wait`, or (flush) all of them."""
-        taken: list[OpenTrace] = []
+        taken: list[ClosedTrace] = []
         with self.lock:
             if everything:
                 ids = list(self._open)
@@ -173,44 +163,27 @@ class SpanStore:
                 closing = self._open.pop(trace_id, None)
                 if closing is not None:
                     self._mark_done(trace_id)
-                    taken.append(closing)
+                    self.held -= len(closing.spans)
+                    taken.append(ClosedTrace(trace_id, closing.spans, closing.overflowed, closing.has_retrieval))
         return taken
 
-    def release(self, n: int) -> None:
-        """Spans taken out by `take_closing` were forwarded (or are no longer referenced)."""
+    def put_pending(self, pending: PendingTrace) -> bool:
+        """Park a closed trace while it is judged; False after shutdown or if its id is already parked (a
+        trace reopened after its id left the closed-id memory): the caller sends it on."""
         with self.lock:
-            self.held -= n
-
-    def put_pending(self, trace_id: int, pending: PendingTrace) -> bool:
-        """Park a closed trace until its scores arrive; False after shutdown or if its id is already
-        parked (a trace reopened after its id left the closed-id memory): the caller forwards it."""
-        with self.lock:
-            if self.closed or trace_id in self._pending:
+            if self.shut or pending.trace_id in self._pending:
                 return False
-            self._pending[trace_id] = pending
+            self._pending[pending.trace_id] = pending
+            self.held += pending.counted
             return True
 
-    def record(
-        self, trace_id: int, key: int, evaluation: Evaluation | None
-    ) -> tuple[SampleRef, PendingTrace, bool] | None:
-        """A job reported. Returns its sample, its trace and whether that was the trace's last job (the
-        trace is then taken out of the store for the caller to release); None if already released."""
+    def take_pending(self, trace_id: int) -> PendingTrace | None:
+        """A pending trace whose verdict arrived, taken out; None if it went on already (deadline, flush)."""
         with self.lock:
-            pending = self._pending.get(trace_id)
-            if pending is None:
-                return None
-            ref = pending.waiting.pop(key, None)
-            if ref is None:
-                return None
-            if evaluation is not None:
-                pending.evaluations.setdefault(ref.target, []).append(evaluation)
-            if pending.waiting:
-                return ref, pending, False
-            del self._pending[trace_id]
-            self.held -= len(pending.spans)
-            if not self._pending:
-                self._drained.notify_all()
-            return ref, pending, True
+            pending = self._pending.pop(trace_id, None)
+            if pending is not None:
+                self.held -= pending.counted
+            return pending
 
     def pop_expired(self, now: float, *, everything: bool = False) -> list[PendingTrace]:
         """Pending traces past their deadline (in close order, so the scan stops at the first young one)."""
@@ -223,37 +196,27 @@ class SpanStore:
                 expired.append(trace_id)
             for trace_id in expired:
                 pending = self._pending.pop(trace_id)
-                self.held -= len(pending.spans)
+                self.held -= pending.counted
                 out.append(pending)
-            if expired and not self._pending:
-                self._drained.notify_all()
         return out
 
     def first_deadline(self) -> float | None:
-        """The deadline of the trace that has waited longest for its scores, if any."""
+        """The deadline of the trace that has waited longest for its verdict, if any."""
         with self.lock:
             return next((pending.deadline for pending in self._pending.values()), None)
 
-    def is_pending(self, trace_id: int) -> bool:
-        return trace_id in self._pending
-
-    def wait_drained(self, timeout: float) -> bool:
-        """Block until no trace is waiting for scores, or `timeout` seconds; True if none is."""
-        with self.lock:
-            return self._drained.wait_for(lambda: not self._pending, max(timeout, 0.0))
-
-    def close(self) -> tuple[list[OpenTrace], list[PendingTrace]]:
+    def shut_down(self) -> tuple[list[ClosedTrace], list[PendingTrace]]:
         """Shutdown: from now on nothing is held; hand back everything that still is (except the refused
         spans, which `take_refused` still hands out)."""
         with self.lock:
-            self.closed = True
-            open_traces = list(self._open.values())
+            self.shut = True
+            open_traces = [ClosedTrace(trace_id, t.spans, t.overflowed, t.has_retrieval)
+                           for trace_id, t in self._open.items()]
             pending = list(self._pending.values())
             self._open.clear()
             self._pending.clear()
             self._closing.clear()
             self.held = 0
-            self._drained.notify_all()
             return open_traces, pending
 
     @property

@@ -47,7 +47,7 @@ class ScoreJob:
     on_done: Callable[[Evaluation, float], None]  # (evaluation, judge duration in seconds)
 
 
-def _timed_out(job: ScoreJob) -> tuple[ScoreResult, ...]:
+def _results_at_deadline(job: ScoreJob) -> tuple[ScoreResult, ...]:
     results: list[ScoreResult] = []
     for scorer in job.scorers:
         reason = scorer.skip_reason(job.sample)
@@ -112,7 +112,7 @@ class ScoringWorker:
 
     async def _run(self, job: ScoreJob) -> None:
         started = time.monotonic()
-        timed_out = False
+        expired = False
         results: tuple[ScoreResult, ...] = ()
         usage = JudgeUsage()
         try:
@@ -122,8 +122,8 @@ class ScoringWorker:
                     scores = await judge_and_score(job.sample, job.scorers, self._judge)
             results, usage = scores.results, scores.usage
         except (TimeoutError, asyncio.CancelledError):
-            timed_out = True
-            results = _timed_out(job)
+            expired = True
+            results = _results_at_deadline(job)
         except GeneratorExit:  # the coroutine is being closed: it must not go on
             raise
         except BaseException as exc:
@@ -131,7 +131,7 @@ class ScoringWorker:
             # KeyboardInterrupt out of the loop, which would end it and leave every held trace waiting.
             logger.exception("ragtrace: scoring failed")
             results = tuple(s.failed("internal_error", f"{type(exc).__name__}: {exc}") for s in job.scorers)
-        evaluation = Evaluation(results, usage, timed_out, self._model, self._prompt_version)
+        evaluation = Evaluation(results, usage, expired, self._model, self._prompt_version)
         try:
             job.on_done(evaluation, time.monotonic() - started)
         except Exception:

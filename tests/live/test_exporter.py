@@ -142,7 +142,7 @@ def test_a_forked_child_exports_its_own_spans_only(rig: Callable[..., Rig]) -> N
     exporting = threading.Thread(target=outlet.export, args=([in_flight],))
     exporting.start()
     holding.wait(10)
-    outlet.emit([gathered])
+    outlet.send([gathered])
 
     def in_the_child() -> bool:
         ids = rag_trace(r.tracer)

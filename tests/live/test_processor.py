@@ -692,7 +692,7 @@ def test_released_spans_waiting_for_room_at_a_fork_are_the_parents_to_export() -
     proc = RagScoringSpanProcessor(batching, judge=ScriptedJudge(), sampler=Sampler(rate=0.0))
     released = [ReadableSpan(name=f"released {i}", context=SpanContext(7, 100 + i, False, TraceFlags(1)))
                 for i in range(10)]
-    proc.sink.emit(released)
+    proc.sink.send(released)
     assert proc.sink.waiting == 6
 
     def in_the_child() -> bool:

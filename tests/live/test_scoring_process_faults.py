@@ -98,7 +98,7 @@ def test_a_late_tick_says_unresponsive_too(rig: Callable[..., Rig], stopped: lis
         assert deadline is not None
         time.sleep(max(deadline - time.monotonic(), 0.0) + 0.01)
         for pending in scoring.store.pop_expired(time.monotonic()):
-            scoring.pipeline.release(pending)
+            scoring.pipeline.time_out(pending)
 
     assert scoring.worker.call(release_after_the_deadline, 0.5 + GRACE_S + 5)
     r.settle(len(ids) + 4)

@@ -1,59 +1,50 @@
-"""SpanStore: the drain signal force_flush waits on instead of polling; the memory of closed traces."""
+"""SpanStore: `held` counts what the store holds, and only the store changes it; the memory of closed traces."""
 
 from __future__ import annotations
 
-import threading
-
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.trace import TraceFlags
-
-from ragtrace.live.enrich import Evaluation
-from ragtrace.live.store import PendingTrace, SampleRef, SpanStore
-from ragtrace.scoring import JudgeUsage
+from ragtrace.live.store import PendingTrace, SpanStore
 
 
-def _pending(trace_id: int, deadline: float = 1e18) -> PendingTrace:
-    return PendingTrace(
-        trace_id=trace_id, spans=[], deadline=deadline, resource=Resource.get_empty(),
-        trace_flags=TraceFlags(1), waiting={0: SampleRef(target=1, names=("context_precision",), retriever="r")},
-    )
+def _add_trace(store: SpanStore, trace_id: int, n: int) -> None:
+    span = object()  # the store never looks inside a span
+    for i in range(n):
+        assert store.add(span, trace_id, is_root=i == n - 1, is_retrieval=True) == "held"  # type: ignore[arg-type]
 
 
-def test_wait_drained_is_true_at_once_when_nothing_is_pending() -> None:
-    assert SpanStore(max_held_spans=10, max_open_traces=10).wait_drained(0.0)
-
-
-def test_wait_drained_times_out_while_a_trace_waits_for_scores() -> None:
+def test_held_follows_the_spans_from_open_to_pending_to_gone() -> None:
     store = SpanStore(max_held_spans=10, max_open_traces=10)
-    assert store.put_pending(7, _pending(7))
-    assert not store.wait_drained(0.01)
+    _add_trace(store, 7, 3)
+    assert store.held == 3
+    [closed] = store.take_closing(30.0)
+    assert (closed.trace_id, len(closed.spans), closed.has_retrieval) == (7, 3, True)
+    assert store.held == 0  # out of the store: no longer counted
+    assert store.put_pending(PendingTrace(7, closed.spans, deadline=1e18, counted=3))
+    assert store.held == 3  # parked while judged (enrich mode)
+    taken = store.take_pending(7)
+    assert taken is not None and taken.spans == closed.spans
+    assert store.held == 0 and store.take_pending(7) is None  # once
 
 
-def test_the_last_recorded_score_wakes_the_waiter() -> None:
+def test_a_link_mode_pending_trace_keeps_its_spans_uncounted() -> None:
     store = SpanStore(max_held_spans=10, max_open_traces=10)
-    assert store.put_pending(7, _pending(7))
-    woke = threading.Event()
-
-    def wait() -> None:
-        if store.wait_drained(30.0):
-            woke.set()
-
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    recorded = store.record(7, 0, Evaluation(results=(), usage=JudgeUsage()))
-    waiter.join(30.0)
-    assert recorded is not None and recorded[2]  # it was the trace's last job
-    assert woke.is_set()
+    _add_trace(store, 7, 2)
+    [closed] = store.take_closing(30.0)
+    assert store.put_pending(PendingTrace(7, closed.spans, deadline=0.0, counted=0))
+    assert store.held == 0 and store.pending_traces == 1
+    assert [p.trace_id for p in store.pop_expired(1.0)] == [7]
+    assert store.held == 0
 
 
-def test_expiry_and_close_wake_the_waiter_too() -> None:
+def test_a_parked_trace_id_is_parked_once_and_nothing_after_shutdown() -> None:
     store = SpanStore(max_held_spans=10, max_open_traces=10)
-    store.put_pending(1, _pending(1, deadline=0.0))
-    assert [p.trace_id for p in store.pop_expired(1.0)] == [1]
-    assert store.wait_drained(0.0)
-    store.put_pending(2, _pending(2))
-    store.close()
-    assert store.wait_drained(0.0)
+    assert store.put_pending(PendingTrace(1, [], deadline=0.0, counted=0))
+    assert not store.put_pending(PendingTrace(1, [], deadline=0.0, counted=0))
+    _add_trace(store, 2, 2)
+    open_traces, pending = store.shut_down()
+    assert [t.trace_id for t in open_traces] == [2] and [p.trace_id for p in pending] == [1]
+    assert store.held == 0
+    assert not store.put_pending(PendingTrace(3, [], deadline=0.0, counted=0))
+    assert store.add(object(), 4, is_root=True) == "late"  # type: ignore[arg-type]
 
 
 def test_closed_trace_ids_are_remembered_oldest_out() -> None:

@@ -14,19 +14,16 @@ import pickle
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import IO
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.util.types import AttributeValue
 
-from ragtrace.capture import CaptureStats, extract_samples
-from ragtrace.live.counts import decision_of
-from ragtrace.live.enrich import Evaluation, Rollup, declined, sample_attributes, timed_out, writes_for
+from ragtrace.live.enrich import writes_for
+from ragtrace.live.judging import TraceJudging
 from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
+from ragtrace.live.modes import Verdict
 from ragtrace.live.planning import Planner
 from ragtrace.live.scoring_process.protocol import (
     Answers,
@@ -38,8 +35,7 @@ from ragtrace.live.scoring_process.protocol import (
     span_of,
     write_frame,
 )
-from ragtrace.live.store import SampleRef
-from ragtrace.live.worker import ScoreJob, ScoringWorker
+from ragtrace.live.worker import ScoringWorker
 from ragtrace.scoring import JudgeUsage, ScoreResult
 
 logger = logging.getLogger(__name__)
@@ -79,183 +75,78 @@ class RecordedMetrics(RagtraceMetrics):
         return calls
 
 
-@dataclass
-class _Trace:
-    """A trace with jobs out: what it still waits for, and what it has so far."""
+class ChildJudging:
+    """Whole traces in, one `TraceAnswer` each out: `TraceJudging` on the child's own worker."""
 
-    trace_id: int
-    capture: dict[str, int]
-    decisions: Counter[str] = field(default_factory=Counter)
-    waiting: dict[int, SampleRef] = field(default_factory=dict)
-    evaluations: dict[int, list[Evaluation]] = field(default_factory=dict)
-    annotations: dict[int, dict[str, AttributeValue]] = field(default_factory=dict)
-    rollups: dict[int, Rollup] = field(default_factory=dict)
-
-
-class TraceScoring:
-    """Whole traces in, one `TraceAnswer` each out. `take` and the jobs' reports run on the worker's loop."""
-
-    def __init__(self, settings: ChildSettings, answer: Callable[[TraceAnswer], None]) -> None:
+    def __init__(self, settings: ChildSettings) -> None:
         self.settings = settings
         self.metrics = RecordedMetrics() if settings.record_metrics else None
         # Its ticks have nothing to do: an idle worker then wakes once a second.
         self.worker = ScoringWorker(
             settings.judge, concurrency=settings.concurrency, max_queue=settings.max_queue, on_tick=lambda: False
         )
-        self._planner = Planner(settings.scorers, settings.sampler, settings.redactor, settings.target)
-        self._answer = answer
-        self._traces: dict[int, _Trace] = {}  # by arrival number: a trace id may come again
+        self.traces = TraceJudging(
+            self.worker, Planner(settings.scorers, settings.sampler, settings.redactor, settings.target),
+            extractor=settings.extractor, rules=settings.rules, score_deadline=settings.score_deadline,
+            metrics=self.metrics, model=str(getattr(settings.judge, "model", "")),
+            prompt_version=str(getattr(settings.judge, "prompt_version", "")),
+        )
+        self._ready: list[TraceAnswer] = []  # answered at once (worker thread), for the writer to take
+        self._ready_lock = threading.Lock()
         self._arrivals = 0
-        self._model = str(getattr(settings.judge, "model", ""))
-        self._prompt_version = str(getattr(settings.judge, "prompt_version", ""))
-
-    @property
-    def waiting(self) -> int:
-        return len(self._traces)
 
     def take(self, traces: Sequence[Sequence[ReadableSpan]]) -> None:
+        """Judge what arrived (worker thread); a trace with nothing to judge is answered at once."""
         for spans in traces:
-            self._arrivals += 1
-            trace_id = int(spans[0].context.trace_id) if spans and spans[0].context is not None else 0
-            trace = _Trace(trace_id, {})
-            try:
-                self._plan(self._arrivals, trace, spans)
-            except Exception:
-                logger.exception("ragtrace: closing a trace failed; answered unscored")
-                self._traces.pop(self._arrivals, None)
-                trace.decisions["error"] += 1
-                trace.waiting = {}
-            if not trace.waiting:
-                self._finish(trace)
+            self._arrivals += 1  # the key of a trace while it is out: a trace id may come again
+            verdict = self.traces.take(self._arrivals, spans)
+            if verdict is not None:
+                answer = self.answer(verdict)
+                with self._ready_lock:
+                    self._ready.append(answer)
 
-    def _plan(self, arrival: int, trace: _Trace, spans: Sequence[ReadableSpan]) -> None:
-        stats = CaptureStats()
-        samples = extract_samples(spans, extractor=self.settings.extractor, stats=stats, rules=self.settings.rules)
-        trace.capture = dict(stats.counts)
-        if not samples:
-            trace.decisions["not_rag"] += 1
-            return
-        by_id = {s.context.span_id: s for s in spans if s.context is not None}
-        deadline = time.monotonic() + self.settings.score_deadline
-        self._traces[arrival] = trace
-        for key, captured in enumerate(samples):
-            if captured.agent_span_id is not None:
-                trace.rollups.setdefault(captured.agent_span_id, Rollup()).retrievals += 1
-            planned = self._planner.plan(trace.trace_id, captured, by_id.get(captured.retrieval_span_id, spans[0]))
-            if isinstance(planned, str):
-                trace.decisions[planned] += 1
-                if (why := declined(planned, self._model, self._prompt_version)) is not None:
-                    trace.evaluations.setdefault(captured.retrieval_span_id, []).append(why)
-                    trace.annotations.setdefault(captured.retrieval_span_id, {}).update(sample_attributes(captured))
-                continue
-            sample, scorers = planned
-            ref = SampleRef(self._planner.target_of(captured, by_id, spans), tuple(s.name for s in scorers),
-                            captured.retriever, captured.agent_span_id)
-            trace.annotations.setdefault(ref.target, {}).update(sample_attributes(captured))
-            trace.waiting[key] = ref
-            job = ScoreJob(sample, scorers, deadline, self._on_done(arrival, key))
-            if not self.worker.submit(job):
-                del trace.waiting[key]
-                trace.decisions["queue_full"] += 1
-        if not trace.waiting:
-            del self._traces[arrival]
+    def answers(self, timeout: float) -> list[TraceAnswer]:
+        """The answers ready, waiting up to `timeout` for a job's trace to finish when there are none."""
+        with self._ready_lock:
+            ready, self._ready = self._ready, []
+        finished = self.traces.take_finished(0.0 if ready else timeout)
+        return ready + [self.answer(v) for v in finished]
 
-    def _on_done(self, arrival: int, key: int) -> Callable[[Evaluation, float], None]:
-        def done(evaluation: Evaluation, duration_s: float) -> None:
-            self._job_done(arrival, key, evaluation, duration_s)
-
-        return done
-
-    def _job_done(self, arrival: int, key: int, evaluation: Evaluation, duration_s: float) -> None:
-        try:
-            self.settings.sampler.charge(evaluation.usage)
-        except Exception:
-            logger.exception("ragtrace: sampler.charge failed")
-        if self.metrics is not None and (evaluation.usage.calls or evaluation.timed_out):
-            self.metrics.judge_call(evaluation.usage, evaluation.status, duration_s)
-        trace = self._traces.get(arrival)
-        ref = trace.waiting.pop(key, None) if trace is not None else None
-        if trace is None or ref is None:
-            return
-        for result in evaluation.results:
-            trace.decisions[decision_of(result)] += 1
-            # Results skipped for `no_context` reach metrics too: they make the empty-retrieval rate.
-            if self.metrics is not None and (result.score is not None or result.skipped == "no_context"):
-                self.metrics.score(result, ref.retriever, (trace.trace_id, ref.target))
-        trace.evaluations.setdefault(ref.target, []).append(evaluation)
-        if ref.agent is not None and (rollup := trace.rollups.get(ref.agent)) is not None:
-            rollup.evaluations.append(evaluation)
-        if not trace.waiting:
-            del self._traces[arrival]
-            self._finish(trace)
-
-    def _finish(self, trace: _Trace) -> None:
-        for ref in trace.waiting.values():  # still waiting at shutdown: a timeout each
-            trace.decisions["timeout"] += len(ref.names)
-            evaluation = timed_out(ref.names, self._model, self._prompt_version)
-            trace.evaluations.setdefault(ref.target, []).append(evaluation)
-        trace.waiting = {}
+    def answer(self, verdict: Verdict) -> TraceAnswer:
         writes = [
             (span_id, attrs, plain_events(events))
             for span_id, (attrs, events) in writes_for(
-                trace.evaluations, self.settings.reason_max_chars, trace.annotations, trace.rollups
+                verdict.evaluations, self.settings.reason_max_chars, verdict.annotations, verdict.rollups
             ).items()
         ]
-        self._answer(TraceAnswer(trace.trace_id, dict(trace.decisions), trace.capture, writes))
+        return TraceAnswer(verdict.trace_id, verdict.decisions, verdict.capture, writes)
 
-    def stop(self) -> None:
-        """Wait up to `score_deadline` for the jobs out, stop the worker, answer what is still waiting."""
-        deadline = time.monotonic() + self.settings.score_deadline
-        while self._traces and time.monotonic() < deadline:
-            time.sleep(0.01)
+    def stop(self) -> list[TraceAnswer]:
+        """Wait up to `score_deadline` for the jobs out, stop the worker; what is still out times out."""
+        self.traces.wait_idle(self.settings.score_deadline)
         self.worker.stop()
-        for arrival in list(self._traces):
-            trace = self._traces.pop(arrival, None)
-            if trace is not None:
-                self._finish(trace)
-
-
-class Outbox:
-    """Answers waiting to be written; the writer thread sends what finishes together as one message."""
-
-    def __init__(self) -> None:
-        self._ready = threading.Condition()
-        self._traces: list[TraceAnswer] = []
-
-    def put(self, answer: TraceAnswer) -> None:
-        with self._ready:
-            self._traces.append(answer)
-            self._ready.notify()
-
-    def take(self, timeout: float) -> list[TraceAnswer]:
-        with self._ready:
-            if not self._traces:
-                self._ready.wait(timeout)
-            traces, self._traces = self._traces, []
-        return traces
-
-    def wake(self) -> None:
-        with self._ready:
-            self._ready.notify()
+        return [self.answer(v) for v in self.traces.time_out_all()]
 
 
 def serve(inbound: IO[bytes], outbound: IO[bytes]) -> None:
     """Build the scoring from the settings, score what arrives, answer as traces finish."""
     sys.path[:] = read_frame(inbound)
     settings: ChildSettings = pickle.loads(read_frame(inbound))
-    outbox = Outbox()
-    scoring = TraceScoring(settings, outbox.put)
+    scoring = ChildJudging(settings)
     scoring.worker.start()
     stopping = threading.Event()
+    last: list[TraceAnswer] = []  # what `stop` timed out, for the writer's last message
 
     def write() -> None:
         while True:
             stop = stopping.is_set()
-            traces = outbox.take(0.05)
+            traces = scoring.answers(0.05)
             calls = scoring.metrics.take() if scoring.metrics is not None else []
+            if stop:
+                traces += last
             if traces or calls:
                 time.sleep(0.002)  # gather what finishes together into one message
-                traces += outbox.take(0)
+                traces += scoring.answers(0)
                 try:
                     write_frame(outbound, Answers(traces, calls))
                 except (OSError, ValueError):  # the app's process is gone
@@ -275,9 +166,8 @@ def serve(inbound: IO[bytes], outbound: IO[bytes]) -> None:
             traces = [[span_of(p, made) for p in plain] for plain in plain_traces]
             scoring.worker.call(lambda traces=traces: scoring.take(traces), 30.0)  # type: ignore[misc]
     finally:
-        scoring.stop()  # waits for what is being scored (up to its score_deadline) and answers it
+        last += scoring.stop()  # waits for what is being scored (up to its score_deadline) and answers it
         stopping.set()
-        outbox.wake()
         writer.join(10)
 
 

@@ -19,12 +19,14 @@ import pickle
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ragtrace.live.pipeline import QUEUE_FULL, TIMED_OUT, Outcome, Pipeline
+from ragtrace.live.modes import INTERNAL_ERROR, JUDGE_TIMED_OUT, QUEUE_FULL, Outcome, Verdict
+from ragtrace.live.options import ScoringOptions
 from ragtrace.live.scoring_process.protocol import (
     HEADER,
     Answers,
@@ -34,7 +36,7 @@ from ragtrace.live.scoring_process.protocol import (
     importable_pickle,
     plain_traces,
 )
-from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef
+from ragtrace.live.store import PendingTrace
 from ragtrace.live.worker import ScoringWorker
 
 logger = logging.getLogger(__name__)
@@ -45,9 +47,6 @@ GRACE_S = 2.0
 # A scoring process that exits is started again after 1 s, then after twice as long each time it fails
 # again, up to this (a judge that cannot be imported should not cost a process start every tick).
 RESTART_MAX_S = 60.0
-# A trace out at the scoring process waits for one answer, for the whole trace: its samples are not
-# known in the app's process.
-WHOLE_TRACE = SampleRef(target=0, names=(), retriever="")
 # What the spans of a child's traces say when the child is gone, or killed for answering nothing.
 LOST: Outcome = ("error", "scoring_process_lost")
 UNRESPONSIVE: Outcome = ("timeout", "scoring_process_unresponsive")
@@ -297,23 +296,24 @@ class ScoringProcess:
         self.alive = False
 
 
-
 class ProcessJudging:
-    """`Judging` in the scoring process: closed traces are parked in the store and shipped once a tick;
-    each answer releases its trace with the child's writes. A lost child's traces are released unscored
-    (counted as errors) and a new child is started, backing off while starts keep failing. A child that
-    owes answers and has said nothing for `score_deadline` + grace (stopped, wedged) is killed: its
-    traces time out, and it is replaced the same way."""
+    """`Judging` in the scoring process: it sends the traces taken at a tick in one message, and turns the
+    answers it receives into verdicts. A lost child's traces get a verdict saying so (counted as errors)
+    and a new child is started, backing off while starts keep failing. A child that owes answers and has
+    said nothing for `score_deadline` + grace (stopped, wedged) is killed: its traces time out, and it is
+    replaced the same way."""
 
-    def __init__(self, pipeline: Pipeline, worker: ScoringWorker, *, closed: Callable[[], bool]) -> None:
-        self._pipeline = pipeline
-        self._options = options = pipeline.options
-        self._store, self._counts = pipeline.store, pipeline.counts
+    def __init__(self, options: ScoringOptions, worker: ScoringWorker, *, shutting_down: Callable[[], bool]) -> None:
+        self._options = options
         self._worker = worker
-        self._closed = closed
-        self._outbox: list[PendingTrace] = []  # closed traces for this tick's message (worker thread only)
+        self._shutting_down = shutting_down
+        self.patience = options.score_deadline + GRACE_S
+        self._outbox: list[PendingTrace] = []  # traces taken at this tick, for its message (worker thread only)
+        self._out: dict[int, float] = {}  # trace id -> deadline, of the traces sent and not answered, oldest first
+        self._arrived: list[Verdict] = []
+        self._lock = threading.Lock()  # `_out` and `_arrived`: `collect` and `time_out` may run on another thread
         self._restart_at, self._backoff = 0.0, 1.0
-        self._lost_as: Outcome = LOST  # how the traces of a child that is gone are released
+        self._lost_as: Outcome = LOST  # what the traces of a child that is gone say
         settings = ChildSettings(
             judge=options.judge, scorers=tuple(options.scorers or ()), sampler=options.sampler,
             target=options.target, score_deadline=options.score_deadline, max_queue=options.max_queue,
@@ -332,77 +332,55 @@ class ProcessJudging:
 
     @property
     def depth(self) -> int:
-        return self._store.pending_traces
+        return len(self._out) + len(self._outbox)
 
-    def take(self, trace: OpenTrace) -> None:
-        """Park a closed trace and put it in this tick's message to the scoring process."""
-        spans = trace.spans
-        first = spans[0]
-        assert first.context is not None  # only spans with a context are ever held
-        if self._store.pending_traces >= self._options.max_queue:
-            self._counts.add("queue_full")
-            self._pipeline.pass_through(trace, QUEUE_FULL)
-            return
-        pending = PendingTrace(
-            trace_id=first.context.trace_id,
-            spans=spans,
-            deadline=time.monotonic() + self._options.score_deadline + GRACE_S,
-            resource=first.resource,
-            trace_flags=first.context.trace_flags,
-            waiting={0: WHOLE_TRACE},
-        )
-        if not self._store.put_pending(pending.trace_id, pending):
-            self._counts.add("queue_full")
-            self._pipeline.pass_through(trace, QUEUE_FULL)
-            return
+    def take(self, pending: PendingTrace) -> Verdict | None:
+        """Put a parked trace in this tick's message to the scoring process."""
+        if self.depth >= self._options.max_queue:
+            return Verdict.unjudged(pending.trace_id, QUEUE_FULL, "queue_full")
         self._outbox.append(pending)
+        return None
 
-    def ship(self) -> None:
-        """Send this tick's closed traces in one message; if the scoring process is gone, release them.
-        While the child does not read, what was shipped waits in the pipe's backlog, up to a bound."""
+    def ship(self) -> list[Verdict]:
+        """Send this tick's traces in one message; the verdicts of those that could not go. While the
+        child does not read, what was sent waits in the pipe's backlog, up to a bound."""
         if not self._outbox:
-            return
+            return []
         outbox, self._outbox = self._outbox, []
         if self.process.backlog > MAX_BACKLOG_BYTES:
-            self._give_up(outbox, QUEUE_FULL, "queue_full")
-            return
+            return [Verdict.unjudged(p.trace_id, QUEUE_FULL, "queue_full") for p in outbox]
+        given_up: list[Verdict] = []
         try:
-            unsent = [] if self.process.send([pending.spans for pending in outbox]) else outbox
+            sent = outbox if self.process.send([pending.spans for pending in outbox]) else []
         except Exception:  # a trace that does not encode (a foreign span, say): find it, send the others
-            unsent = []
+            sent = []
             for pending in outbox:
                 try:
-                    if not self.process.send([pending.spans]):
-                        unsent.append(pending)
+                    if self.process.send([pending.spans]):
+                        sent.append(pending)
                 except Exception as exc:
                     logger.warning("ragtrace: a trace could not be sent for scoring (%s: %s); forwarded unscored",
                                    type(exc).__name__, exc)
-                    self._give_up([pending], ("error", "internal_error"), "error")
-        self._give_up(unsent, self._lost_as, "error")
-
-    def _give_up(self, traces: list[PendingTrace], outcome: Outcome, decision: str) -> None:
-        """Release parked traces unjudged, each counted once as `decision`, saying why on their spans."""
-        for pending in traces:
-            recorded = self._store.record(pending.trace_id, 0, None)
-            if recorded is not None:
-                self._counts.add(decision)
-                self._pipeline.emit_not_judged(recorded[1].spans, outcome)
+                    given_up.append(Verdict.unjudged(pending.trace_id, INTERNAL_ERROR, "error"))
+        with self._lock:
+            for pending in sent:
+                self._out[pending.trace_id] = pending.deadline
+        done = {v.trace_id for v in given_up} | {p.trace_id for p in sent}
+        given_up += [Verdict.unjudged(p.trace_id, self._lost_as, "error") for p in outbox if p.trace_id not in done]
+        return given_up
 
     def tick(self) -> bool:
-        """Take the scoring process's answers; kill it if it owes answers and says nothing. If it is gone,
-        release what it had unscored and start a new one. True while the process is lost."""
+        """Receive the scoring process's answers; kill it if it owes answers and says nothing. If it is
+        gone, its traces get their verdicts and a new one is started. True while the process is lost."""
         process = self.process
         for answers in process.receive():
             self._answers(answers)
         self._kill_if_unresponsive()
         if process.alive:
             return False
-        outcome = self._lost_as
-        for pending in self._store.pop_expired(time.monotonic(), everything=True):
-            self._counts.add("timeout" if outcome[0] == "timeout" else "error")
-            self._pipeline.emit_not_judged(pending.spans, outcome)
+        self._give_up_out()
         now = time.monotonic()
-        if self._closed() or now < self._restart_at:
+        if self._shutting_down() or now < self._restart_at:
             return True
         self._restart_at = now + self._backoff
         self._backoff = min(self._backoff * 2, RESTART_MAX_S)
@@ -414,15 +392,28 @@ class ProcessJudging:
             logger.exception("ragtrace: starting a new scoring process failed")
         return True
 
+    def _give_up_out(self) -> None:
+        """The child is gone: each trace it had gets a verdict saying why, counted once."""
+        outcome = self._lost_as
+        decision = "timeout" if outcome[0] == "timeout" else "error"
+        with self._lock:
+            out, self._out = self._out, {}
+            self._arrived += [Verdict.unjudged(trace_id, outcome, decision) for trace_id in out]
+
+    def collect(self) -> list[Verdict]:
+        with self._lock:
+            arrived, self._arrived = self._arrived, []
+        return arrived
+
     def _kill_if_unresponsive(self, overdue: float | None = None) -> None:
         """A healthy child answers every trace within `score_deadline` (timeouts included); one that owes
-        an answer past its trace's deadline (`overdue`: a trace being released; default: the oldest one
-        waiting) and has written nothing for as long is stopped or wedged."""
+        an answer past its trace's deadline (`overdue`: a trace being timed out; default: the oldest one
+        out) and has written nothing for as long is stopped or wedged."""
         process = self.process
         if not process.alive:
             return
         now = time.monotonic()
-        first = self._store.first_deadline() if overdue is None else overdue
+        first = next(iter(self._out.values()), None) if overdue is None else overdue
         silent = now - process.last_heard
         if first is not None and first <= now and silent > self._options.score_deadline + GRACE_S:
             self._lost_as = UNRESPONSIVE
@@ -432,19 +423,17 @@ class ProcessJudging:
         self._worker.call(lambda: self._drain(deadline), deadline - time.monotonic())
 
     def _drain(self, deadline: float) -> None:
-        """Flush (worker thread): take the scoring process's answers until nothing waits or `deadline`."""
-        while self._store.pending_traces and self.process.alive and (left := deadline - time.monotonic()) > 0:
+        """Flush (worker thread): receive the scoring process's answers until none is owed or `deadline`."""
+        while self._out and self.process.alive and (left := deadline - time.monotonic()) > 0:
             for answers in self.process.receive(min(left, 0.05)):
                 self._answers(answers)
             self._kill_if_unresponsive()
         if not self.process.alive:
-            outcome = self._lost_as
-            for pending in self._store.pop_expired(time.monotonic(), everything=True):
-                self._counts.add("timeout" if outcome[0] == "timeout" else "error")
-                self._pipeline.emit_not_judged(pending.spans, outcome)
+            self._give_up_out()
 
     def _answers(self, answers: Answers) -> None:
-        """The scoring process answered (worker thread): replay metrics; count, write and release traces."""
+        """The scoring process answered (worker thread): replay its metrics calls; each trace still out
+        gets its verdict (one that went on already, at its deadline or a flush, was counted then)."""
         self._backoff = 1.0  # it works: a later loss restarts it soon again
         metrics = self._options.metrics
         if metrics is not None:
@@ -453,26 +442,28 @@ class ProcessJudging:
                     getattr(metrics, name)(*args)
                 except Exception:
                     logger.exception("ragtrace: metrics.%s failed", name)
-        for answer in answers.traces:
-            recorded = self._store.record(answer.trace_id, 0, None)
-            if recorded is None:  # released already (deadline, flush) and counted as a timeout then
-                continue
-            self._counts.add_all(answer.decisions, answer.capture)
-            writes = {span_id: (attrs, events_of(events)) for span_id, attrs, events in answer.writes}
-            self._pipeline.emit_with_writes(recorded[1].spans, writes)
+        with self._lock:
+            for answer in answers.traces:
+                if self._out.pop(answer.trace_id, None) is None:
+                    continue
+                writes = {span_id: (attrs, events_of(events)) for span_id, attrs, events in answer.writes}
+                self._arrived.append(Verdict(answer.trace_id, answer.decisions, answer.capture, writes=writes))
 
-    def time_out(self, pending: PendingTrace) -> None:
+    def time_out(self, pending: PendingTrace) -> Verdict:
         """A trace out at the scoring process: its samples are not known here, it counts one timeout, and
         its retrieval spans say so."""
-        if pending.waiting:
-            # Released at its deadline, which is the deadline the silence check uses: the evidence (has the
-            # child said anything for that long?) decides why, not which of the two a tick happened to see
-            # first, so a loaded machine gets the same answer as an idle one.
-            self._kill_if_unresponsive(pending.deadline)
-            outcome = self._lost_as if not self.process.alive else TIMED_OUT
-            self._counts.add("timeout" if outcome[0] == "timeout" else "error")
-            pending.evaluations.update(self._pipeline.not_judged(pending.spans, outcome))
-        pending.waiting = {}
+        # Timed out at its deadline, which is the deadline the silence check uses: the evidence (has the
+        # child said anything for that long?) decides why, not which of the two a tick happened to see
+        # first, so a loaded machine gets the same answer as an idle one.
+        self._kill_if_unresponsive(pending.deadline)
+        outcome = self._lost_as if not self.process.alive else JUDGE_TIMED_OUT
+        with self._lock:
+            self._out.pop(pending.trace_id, None)
+            for verdict in self._arrived:  # answered, and not collected yet
+                if verdict.trace_id == pending.trace_id:
+                    self._arrived.remove(verdict)
+                    return verdict
+        return Verdict.unjudged(pending.trace_id, outcome, "timeout" if outcome[0] == "timeout" else "error")
 
     def stop(self, timeout: float = 5.0) -> None:
         self.process.stop(timeout)
