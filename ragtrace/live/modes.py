@@ -91,6 +91,10 @@ class Mode:
             evaluations = {**self.not_judged(spans, verdict.outcome), **evaluations}
         return self._send(spans, evaluations, verdict)
 
+    def unwritten(self, spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
+        """What goes on when writing a verdict failed: the held spans as they are."""
+        return list(spans)
+
     def send_unheld(self, spans: Sequence[ReadableSpan], verdict: Verdict) -> list[ReadableSpan]:
         """What goes on for spans that were never held (spans replayed from a spool), with `verdict`."""
         return self.send(spans, verdict)
@@ -133,6 +137,9 @@ class Link(Mode):
     """The spans went on as they ended: a release sends the `evaluation <scorer>` spans, linked to them."""
 
     holds_spans = False
+
+    def unwritten(self, spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
+        return []  # they went on as they ended
 
     def send_unheld(self, spans: Sequence[ReadableSpan], verdict: Verdict) -> list[ReadableSpan]:
         return [*spans, *self.send(spans, verdict)]  # they did not go on as they ended: they go now

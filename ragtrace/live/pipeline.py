@@ -167,7 +167,7 @@ class Pipeline:
             out = self.mode.send(spans, verdict)
         except Exception:
             logger.exception("ragtrace: writing a trace's evaluations failed; forwarded unscored")
-            out = list(spans) if self.mode.holds_spans else []
+            out = self.mode.unwritten(spans)
         self.sink.send(out)
 
     def forward(self, spans: Sequence[ReadableSpan], outcome: Outcome | None = None) -> None:

@@ -1,10 +1,11 @@
-"""The app's side of `worker="process"`: the scoring process, and the judging that ships traces to it.
+"""The app's side of `worker="process"`: the scoring process, and the judging that sends traces to it.
 
 In CPython the scoring thread's Python work holds the app's GIL (see docs/overhead.md). With
 `worker="process"` the app's process keeps only what must stay there: it holds the spans of sampled traces,
-ships each closed RAG trace to a child process as plain data, and writes the child's findings onto the
-spans it releases. Capture, per-scorer sampling, admission, redaction, judging and scoring run in the
-child (`child.py`), under a GIL of its own.
+sends each closed RAG trace to a child process as plain data, and turns the child's answers into the
+verdicts the pipeline writes onto the spans it releases. Capture, per-scorer sampling, admission,
+redaction, judging and scoring run in the child (`child.py`, the same `TraceJudging` as the thread
+worker's), under a GIL of its own.
 
 The child is `python -m ragtrace.live.scoring_process.child`, not a multiprocessing child: the spawn
 method re-imports the app's main module, and fork copies a threaded process.
