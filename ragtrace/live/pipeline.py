@@ -107,7 +107,6 @@ class Pipeline:
                 self._send(trace.spans, Verdict.unjudged(trace.trace_id, INTERNAL_ERROR, "error"))
         for verdict in self.judging.ship():
             self._release(verdict)
-        self._release_verdicts()
         for pending in self.store.pop_expired(time.monotonic()):
             self.time_out(pending)
         self.counts.report(self.options.metrics)
