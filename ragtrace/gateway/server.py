@@ -32,11 +32,10 @@ from ragtrace.gateway.security import ReceiverSecurity
 from ragtrace.gateway.settling import RootSettler
 from ragtrace.gateway.spool import Spool, SpoolFull, span_key
 from ragtrace.judges.base import Judge
-from ragtrace.judges.resolve import resolve_judge
 from ragtrace.live.enrich import EvalStatus
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from ragtrace.live.settings import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings, scoring_options
 
 logger = logging.getLogger(__name__)
 
@@ -82,17 +81,8 @@ class Gateway:
         spool: Spool | None = None,
         **processor_options: Any,
     ) -> None:
-        settings = settings if settings is not None else RagtraceSettings.from_env()
+        settings, kwargs = scoring_options(settings, judge, meter_provider, processor_options, built_by="gateway")
         self.settings = settings
-        resolved = (
-            resolve_judge(settings.judge, **settings.llm_judge_options()) if judge is None else resolve_judge(judge)
-        )
-        kwargs = settings.processor_options()
-        if not settings.enabled:  # a disabled gateway still forwards everything
-            kwargs["sampler"] = Sampler(0.0)
-        if meter_provider is not None:
-            kwargs["metrics"] = settings.build_metrics(meter_provider)
-        kwargs.update(processor_options)
         self._sampler: Sampler = kwargs["sampler"]
         self._exporting = NextHop(
             exporting if exporting is not None else otlp_exporting(exporter_endpoint, exporter_protocol)
@@ -148,7 +138,7 @@ class Gateway:
             if spool is not None:
                 spool.close()
             raise
-        self.processor = RagScoringSpanProcessor(self._exporting, judge=resolved, **kwargs)
+        self.processor = RagScoringSpanProcessor(self._exporting, **kwargs)
         self._settler = RootSettler(self.processor, self._sampler, trace_settle, max_settling_roots)
 
     # --- endpoints -----------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind
 from opentelemetry.util.types import AttributeValue
 
 from ragtrace._sdk import copy_span, dropped_counts
+from ragtrace._version import __version__
 from ragtrace.capture import CapturedSample
 from ragtrace.capture.values import attrs_of
 from ragtrace.scoring import JUDGE_TIMEOUT, JudgeUsage, ScoreResult
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 EvalStatus = Literal["scored", "partial", "skipped", "error", "timeout"]
 EVENT_NAME = "gen_ai.evaluation.result"
-SCOPE = InstrumentationScope("ragtrace", "0.1.0")
+SCOPE = InstrumentationScope("ragtrace", __version__)
 _ids = RandomIdGenerator()
 
 

@@ -102,7 +102,7 @@ class TraceScoring:
         self.worker = ScoringWorker(
             settings.judge, concurrency=settings.concurrency, max_queue=settings.max_queue, on_tick=lambda: False
         )
-        self._planner = Planner(settings.scorers, settings.sampler, settings.redactor, settings.target)
+        self._planner = Planner(settings.scorers or (), settings.sampler, settings.redactor, settings.target)
         self._answer = answer
         self._traces: dict[int, _Trace] = {}  # by arrival number: a trace id may come again
         self._arrivals = 0
@@ -130,7 +130,8 @@ class TraceScoring:
 
     def _plan(self, arrival: int, trace: _Trace, spans: Sequence[ReadableSpan]) -> None:
         stats = CaptureStats()
-        samples = extract_samples(spans, extractor=self.settings.extractor, stats=stats, rules=self.settings.rules)
+        settings = self.settings
+        samples = extract_samples(spans, extractor=settings.extractor, stats=stats, rules=settings.capture_rules)
         trace.capture = dict(stats.counts)
         if not samples:
             trace.decisions["not_rag"] += 1

@@ -314,13 +314,7 @@ class ProcessJudging:
         self._outbox: list[PendingTrace] = []  # closed traces for this tick's message (worker thread only)
         self._restart_at, self._backoff = 0.0, 1.0
         self._lost_as: Outcome = LOST  # how the traces of a child that is gone are released
-        settings = ChildSettings(
-            judge=options.judge, scorers=tuple(options.scorers or ()), sampler=options.sampler,
-            target=options.target, score_deadline=options.score_deadline, max_queue=options.max_queue,
-            concurrency=options.concurrency, redactor=options.redactor, extractor=options.extractor,
-            reason_max_chars=options.reason_max_chars, record_metrics=options.metrics is not None,
-            rules=options.capture_rules,
-        )
+        settings = ChildSettings.of(options)
         try:
             self.process = ScoringProcess(settings)
         except Exception as exc:
