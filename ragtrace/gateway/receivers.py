@@ -36,7 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from ragtrace import _checks as checks
 from ragtrace.gateway.security import ReceiverSecurity
-from ragtrace.offline.replay import parse_json_line
+from ragtrace.otlp import parse_json_line
 
 logger = logging.getLogger("ragtrace.gateway.server")
 
