@@ -16,6 +16,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from ragtrace._logs import ragtrace_logger
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.resources import Resource
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from ragtrace.live.otlp import MetricsOutlet
     from ragtrace.live.settings import RagtraceSettings
 
-logger = logging.getLogger("ragtrace.gateway")
+logger = ragtrace_logger("ragtrace.gateway")
 
 
 def add_parser(subcommands: Any) -> argparse.ArgumentParser:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import socket
 import ssl
 import threading
@@ -35,10 +34,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ragtrace import _checks as checks
+from ragtrace._logs import ragtrace_logger
 from ragtrace.gateway.security import ReceiverSecurity
 from ragtrace.otlp import parse_json_line
 
-logger = logging.getLogger("ragtrace.gateway.server")
+logger = ragtrace_logger("ragtrace.gateway.server")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _PROTOBUF = "application/x-protobuf"

@@ -10,7 +10,6 @@ state; with a `Spool`, that state is also on disk until the next hop accepted it
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
@@ -25,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.gateway.convert import received_spans, span_count
 from ragtrace.gateway.next_hop import NextHop, next_hop_url, otlp_exporting, refuse_self_forwarding
 from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, ReceiverLimits, RetryLater, url_host
@@ -37,7 +37,7 @@ from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.settings import RagtraceSettings, scoring_options
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 # A batch the next hop's exporter gave up on (after its own retries) is handed to it again this much later.
 RESEND_DELAY = 1.0

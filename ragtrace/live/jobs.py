@@ -3,13 +3,13 @@ worker, write or link its evaluation, release the trace when its last job report
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 
 from opentelemetry.trace import SpanContext
 from opentelemetry.util.types import AttributeValue
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.capture import CaptureStats, extract_samples
 from ragtrace.live.counts import decision_of
 from ragtrace.live.enrich import Evaluation, Rollup, declined, not_judged, sample_attributes, timed_out
@@ -18,7 +18,7 @@ from ragtrace.live.planning import Planned, Planner
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef
 from ragtrace.live.worker import ScoreJob, ScoringWorker
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 class JobJudging:

@@ -10,7 +10,6 @@ trace into evaluations. Both see the pipeline through its public methods only.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
@@ -19,6 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import SPAN_ID, ids_of
 from ragtrace.capture.readers import span_role
 from ragtrace.live.counts import Counts
@@ -27,7 +27,7 @@ from ragtrace.live.options import ScoringOptions
 from ragtrace.live.store import OpenTrace, PendingTrace, Refusal, SpanStore
 from ragtrace.scoring import JUDGE_TIMEOUT
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 # Why a trace's retrieval spans were not judged: (ragtrace.eval.status, ragtrace.eval.error).
 Outcome = tuple[EvalStatus, str]

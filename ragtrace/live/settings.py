@@ -10,7 +10,6 @@ and `default_worker` the one rule for the worker nobody chose.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -18,6 +17,7 @@ from typing import Any, Literal
 from opentelemetry.metrics import MeterProvider
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.capture import CaptureRules
 from ragtrace.capture.rules import QuerySource
 from ragtrace.judges.base import Judge
@@ -28,7 +28,7 @@ from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import SCORERS
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 ENV_PREFIX = "RAGTRACE_"
 # The local judge is CPU work (~0.35 s a sample) on the app's own cores: one sample at a time unless

@@ -23,6 +23,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.util.types import AttributeValue
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.capture import CaptureStats, extract_samples
 from ragtrace.live.counts import decision_of
 from ragtrace.live.enrich import Evaluation, Rollup, declined, sample_attributes, timed_out, writes_for
@@ -42,7 +43,7 @@ from ragtrace.live.store import SampleRef
 from ragtrace.live.worker import ScoreJob, ScoringWorker
 from ragtrace.scoring import JudgeUsage, ScoreResult
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 class RecordedMetrics(RagtraceMetrics):

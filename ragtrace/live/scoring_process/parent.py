@@ -13,7 +13,6 @@ method re-imports the app's main module, and fork copies a threaded process.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import pickle
 import select
@@ -24,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.live.pipeline import QUEUE_FULL, TIMED_OUT, Outcome, Pipeline
 from ragtrace.live.scoring_process.protocol import (
     HEADER,
@@ -37,7 +37,7 @@ from ragtrace.live.scoring_process.protocol import (
 from ragtrace.live.store import OpenTrace, PendingTrace, SampleRef
 from ragtrace.live.worker import ScoringWorker
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 # The app's process gives the scoring process this long beyond `score_deadline` (after which the child
 # answers with a timeout itself) before it releases a trace unscored.
