@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ragtrace._version import __version__
+
 if TYPE_CHECKING:
     from ragtrace.live import (
         OtlpJsonFileSpanExporter,
@@ -36,8 +38,6 @@ if TYPE_CHECKING:
         create_context_relevance_scorer,
         evaluate,
     )
-
-__version__ = "0.1.0"
 
 _LAZY = {
     "install": "ragtrace.live",

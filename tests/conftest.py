@@ -17,6 +17,15 @@ pytest_plugins = ["tests.servers.collector", "tests.servers.judge", "tests.serve
 
 
 @pytest.fixture(autouse=True)
+def fresh_repeat_filter() -> None:
+    """ragtrace's loggers drop a line repeated within 20 s (`ragtrace._logs`): a test that expects a line
+    must not lose it to another test that logged the same one a moment before."""
+    from ragtrace._logs import REPEATS
+
+    REPEATS.forget()
+
+
+@pytest.fixture(autouse=True)
 def no_leaked_openllmetry_patch() -> None:
     """Undo an OpenLLMetry LangChain patch another test left behind: opentelemetry-instrumentation-langchain
     0.62.4's uninstrument() does not unwrap it, and a stale handler would send our spans to its provider."""

@@ -121,7 +121,6 @@ class _Trace:
         self.limits = limits
         self.rules = rules
         self._marks: tuple[list[_Node], str | None] | None = None
-        self._run_inputs: dict[int, str | bool | None] = {}
         self._probes: dict[int, list[str]] = {}
         self._agents: dict[int, _Node | None] = {}
         everything = [n for n in nodes if n.role == "generation"]
@@ -140,6 +139,7 @@ class _Trace:
         self._inputs: dict[int, str] = {}
         # What was decided about each span, in words (explain only).
         self.verdicts: dict[int, str] | None = {} if explain else None
+        self.asked = _Asked(self)
 
     def note(self, node: _Node, verdict: str) -> None:
         if self.verdicts is not None:
@@ -274,90 +274,6 @@ class _Trace:
         self._agents[node.span_id] = found
         return found
 
-    def user_question(
-        self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
-    ) -> tuple[str, str, int] | None:
-        """(question, where, user turns) as the trace records the user asking it, by evidence order: the
-        paired generation's last user message (when its input shows it consumed the retrieval: paired by
-        time, it may be another step's), the agent's input, the root's input. A text that quotes the
-        retrieved documents, or holds the retrieval's query within more, is a prompt built from them, not
-        the question, and is passed over. A generation's message that holds the agent's or root's input
-        within more (smolagents' "New task:\n<question>") wraps it: the input is the question. Without a query
-        of the retrieval's own to weigh them against, the sources are taken as they are (the generation's
-        message even when paired by time)."""
-        strict = reading.query is not None
-        run_inputs = self.run_inputs(node, notes)
-        # Paired by time, the generation may be another step's: its message counts only without a query to weigh.
-        consulted = generation if rule != "time" or not strict else None
-        if not run_inputs and consulted is None:
-            return None  # nothing recorded the user asking (an ordinary trace whose root says nothing)
-        own = _normalised(reading.query or "")
-        raw_own = (reading.query or "").strip()
-
-        def is_question(text: str) -> bool:
-            if not strict:
-                return True
-            if raw_own and raw_own in text and raw_own != text.strip():  # the usual template, found unnormalised
-                return False
-            flat = _normalised(text)
-            if own and own in flat and own != flat:
-                return False
-            return not any(p in flat for p in self.probes(node, reading))
-
-        if strict and any(_normalised(text) == own for text, _ in run_inputs):
-            return None  # the run was given the retrieval's query itself: no rewrite to undo
-        inputs = [(text, where) for text, where in run_inputs if is_question(text)]
-        if consulted is not None:
-            try:
-                found = readers.read_user_message(consulted.span, consulted.shape, self.limits, notes)
-                if found is not None and is_question(found):
-                    flat = _normalised(found)
-                    inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
-                    turns = readers.read_user_turns(consulted.span, consulted.shape, self.limits, notes)
-                    return (*inner, turns) if inner is not None else (found, "generation", turns)
-            except Exception:
-                notes.add("reader_error")
-        return (*inputs[0], 1) if inputs else None
-
-    def run_inputs(self, node: _Node, notes: set[str]) -> list[tuple[str, str]]:
-        """The texts the agent run above a span and the trace's root say they were given, with where."""
-        found: list[tuple[str, str]] = []
-        agent = self.agent_of(node)
-        for holder, where in ((agent, "agent"), (self.root, "root")):
-            if holder is None or (where == "agent" and holder is self.root):
-                continue
-            cached = self._run_inputs.get(holder.span_id, False)
-            if cached is False:
-                try:
-                    cached = readers.read_input(holder.span, self.limits, notes)
-                except Exception:
-                    notes.add("reader_error")
-                    cached = None
-                self._run_inputs[holder.span_id] = cached
-            if isinstance(cached, str):
-                found.append((cached, where))
-        return found
-
-    def query(
-        self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
-    ) -> tuple[str, str]:
-        """(query, source) of a sample: the user's question where the trace records one that differs from
-        the retrieval's own query, else the retrieval's own (see `_query_metadata` for the follow-up rule)."""
-        own = reading.query
-        if own is not None and self.rules.query_source == "retrieval":
-            return own, "retrieval"
-        asked = self.user_question(node, reading, generation, rule, notes)
-        if asked is None:
-            if own is None:
-                raise Skip("no_query")
-            return own, "retrieval"
-        question, where, turns = asked
-        if own is None or _normalised(question) == _normalised(own):
-            return (own, "retrieval") if own is not None else (question, where)
-        if turns > 1:  # a follow-up in a conversation: the retrieval's query is its standalone form
-            return own, "retrieval (standalone form of a follow-up)"
-        return question, where
-
     def marks(self) -> tuple[list[_Node], str | None]:
         """What few spans of a trace say, found in one pass of dict lookups over its spans the first time a
         sample needs it: the spans that carry a ground truth, and the conversation the trace belongs to (one
@@ -395,6 +311,98 @@ class _Trace:
                 return value
             notes.add("wrong_attribute_type")
         return None
+
+
+class _Asked:
+    """What the user asked, as one trace records it: the query a sample is judged against (`query`)."""
+
+    def __init__(self, trace: _Trace) -> None:
+        self.trace = trace
+        self._run_inputs: dict[int, str | bool | None] = {}
+
+    def user_question(
+        self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
+    ) -> tuple[str, str, int] | None:
+        """(question, where, user turns) as the trace records the user asking it, by evidence order: the
+        paired generation's last user message (when its input shows it consumed the retrieval: paired by
+        time, it may be another step's), the agent's input, the root's input. A text that quotes the
+        retrieved documents, or holds the retrieval's query within more, is a prompt built from them, not
+        the question, and is passed over. A generation's message that holds the agent's or root's input
+        within more (smolagents' "New task:\n<question>") wraps it: the input is the question. Without a query
+        of the retrieval's own to weigh them against, the sources are taken as they are (the generation's
+        message even when paired by time)."""
+        strict = reading.query is not None
+        run_inputs = self.run_inputs(node, notes)
+        # Paired by time, the generation may be another step's: its message counts only without a query to weigh.
+        consulted = generation if rule != "time" or not strict else None
+        if not run_inputs and consulted is None:
+            return None  # nothing recorded the user asking (an ordinary trace whose root says nothing)
+        own = _normalised(reading.query or "")
+        raw_own = (reading.query or "").strip()
+
+        def is_question(text: str) -> bool:
+            if not strict:
+                return True
+            if raw_own and raw_own in text and raw_own != text.strip():  # the usual template, found unnormalised
+                return False
+            flat = _normalised(text)
+            if own and own in flat and own != flat:
+                return False
+            return not any(p in flat for p in self.trace.probes(node, reading))
+
+        if strict and any(_normalised(text) == own for text, _ in run_inputs):
+            return None  # the run was given the retrieval's query itself: no rewrite to undo
+        inputs = [(text, where) for text, where in run_inputs if is_question(text)]
+        if consulted is not None:
+            try:
+                found = readers.read_user_message(consulted.span, consulted.shape, self.trace.limits, notes)
+                if found is not None and is_question(found):
+                    flat = _normalised(found)
+                    inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
+                    turns = readers.read_user_turns(consulted.span, consulted.shape, self.trace.limits, notes)
+                    return (*inner, turns) if inner is not None else (found, "generation", turns)
+            except Exception:
+                notes.add("reader_error")
+        return (*inputs[0], 1) if inputs else None
+
+    def run_inputs(self, node: _Node, notes: set[str]) -> list[tuple[str, str]]:
+        """The texts the agent run above a span and the trace's root say they were given, with where."""
+        found: list[tuple[str, str]] = []
+        agent = self.trace.agent_of(node)
+        for holder, where in ((agent, "agent"), (self.trace.root, "root")):
+            if holder is None or (where == "agent" and holder is self.trace.root):
+                continue
+            cached = self._run_inputs.get(holder.span_id, False)
+            if cached is False:
+                try:
+                    cached = readers.read_input(holder.span, self.trace.limits, notes)
+                except Exception:
+                    notes.add("reader_error")
+                    cached = None
+                self._run_inputs[holder.span_id] = cached
+            if isinstance(cached, str):
+                found.append((cached, where))
+        return found
+
+    def query(
+        self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
+    ) -> tuple[str, str]:
+        """(query, source) of a sample: the user's question where the trace records one that differs from
+        the retrieval's own query, else the retrieval's own (see `_query_metadata` for the follow-up rule)."""
+        own = reading.query
+        if own is not None and self.trace.rules.query_source == "retrieval":
+            return own, "retrieval"
+        asked = self.user_question(node, reading, generation, rule, notes)
+        if asked is None:
+            if own is None:
+                raise Skip("no_query")
+            return own, "retrieval"
+        question, where, turns = asked
+        if own is None or _normalised(question) == _normalised(own):
+            return (own, "retrieval") if own is not None else (question, where)
+        if turns > 1:  # a follow-up in a conversation: the retrieval's query is its standalone form
+            return own, "retrieval (standalone form of a follow-up)"
+        return question, where
 
 
 def _group(spans: Sequence[ReadableSpan], stats: CaptureStats, rules: CaptureRules) -> dict[int, list[_Node]]:
@@ -438,7 +446,7 @@ def _sample(
     trace: _Trace, node: _Node, reading: RetrievalReading, limits: CaptureLimits, notes: set[str]
 ) -> CapturedSample | None:
     generation, rule, evidence = trace.pair(node, reading, notes)
-    query, source = trace.query(node, reading, generation, rule, notes)
+    query, source = trace.asked.query(node, reading, generation, rule, notes)
     response = trace.answer(generation, notes) if generation is not None else ""
     ground_truth = trace.ground_truth([node, generation, trace.root], notes)
     metadata: dict[str, Any] = {"query_source": source}

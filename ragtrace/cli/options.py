@@ -52,7 +52,6 @@ def add_scoring_options(parser: argparse.ArgumentParser) -> None:
         help="'local' (offline, default), a litellm model string such as 'openai/gpt-4o-mini', "
         "or 'python:module:attr' naming a Judge class or factory",
     )
-    scoring.add_argument("--api-base", help="base URL for a litellm judge (e.g. a local OpenAI-compatible server)")
     _add_llm_judge_options(parser)
     scoring.add_argument("--concurrency", type=int, default=4, help="samples judged at once (default 4)")
     scoring.add_argument("--scale", type=float, default=1.0, help="multiply every score (default 1)")
@@ -231,37 +230,23 @@ def check_judge_spec(spec: str, api_base: str | None = None) -> None:
         raise UsageError(str(exc)) from None
 
 
-LLM_JUDGE_FLAGS: dict[str, tuple[str, type, str]] = {
-    "judge_timeout": ("timeout", float, "seconds per LLM judge call; a call past it is cancelled (default 30)"),
-    "judge_retries": ("max_retries", int, "retries of a failed LLM judge call: 429, 5xx, connection (default 3)"),
-    "judge_concurrency": ("concurrency", int, "LLM judge calls in flight at once (default 8)"),
-    "judge_max_tokens": ("max_tokens", int, "cap on each LLM judge answer (default: derived from what it asks)"),
-    "judge_contexts_per_call": (
-        "contexts_per_call", int, "ask the LLM judge about this many contexts per call (default: all that fit)",
-    ),
-    "judge_context_window": (
-        "context_window", int, "the judge model's context length, to split prompts that do not fit "
-        "(default: litellm's, when it knows the model)",
-    ),
-}
-
-
 def _add_llm_judge_options(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("LLM judge (a litellm --judge only)")
-    for dest, (_, kind, help_text) in LLM_JUDGE_FLAGS.items():
-        group.add_argument("--" + dest.replace("_", "-"), dest=dest, type=kind, default=None, help=help_text)
+    """--judge-api-base and the --judge-* call options: the settings table's rows (`RUN_FLAGS`)."""
+    from ragtrace.live.settings_rows import RUN_FLAGS, add_setting_flags
+
+    add_setting_flags(parser.add_argument_group("LLM judge (a litellm --judge only)"), RUN_FLAGS, env=False)
 
 
 def llm_judge_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The LLMJudge keywords the --judge-* flags set; a value out of range is a usage error."""
-    options: dict[str, Any] = {}
-    for dest, (keyword, _, _) in LLM_JUDGE_FLAGS.items():
-        value = getattr(args, dest, None)
-        if value is None:
-            continue
-        if value < 0 or (value == 0 and keyword != "max_retries"):
-            raise UsageError(f"--{dest.replace('_', '-')} must be {'>= 0' if keyword == 'max_retries' else '> 0'}")
-        options[keyword] = value
+    """The LLMJudge keywords the --judge-* flags set, checked by the settings table's validator (a value
+    out of range is a usage error naming the flag)."""
+    from ragtrace.live.settings import LLM_JUDGE_KEYWORDS, RagtraceSettings, SettingsError, as_flag
+
+    given = {name: value for name in LLM_JUDGE_KEYWORDS if (value := getattr(args, name, None)) is not None}
+    try:
+        options: dict[str, Any] = RagtraceSettings.checked(given, as_flag).llm_judge_options()["llm_options"]
+    except SettingsError as exc:
+        raise UsageError(str(exc)) from None
     return options
 
 

@@ -123,14 +123,14 @@ def load(args: argparse.Namespace, command: str, source: str, load_items: ItemLo
     scorers = build_scorers(args)
     thresholds = parse_thresholds(args.min, scorers, args.scale)
     check_run_options(args)
-    check_judge_spec(str(args.judge), args.api_base)
+    check_judge_spec(str(args.judge), args.judge_api_base)
     out = Path(args.out) if args.out else None
     if out is not None:
         _refuse_to_overwrite(out, {"the input": source, "the --compare baseline": args.compare})
     baseline = load_results(args.compare, max_line_bytes=args.max_line_bytes) if args.compare else None
     items = load_items()
     previous = read_out_file(out, args.max_line_bytes) if out is not None and args.resume else []
-    judge = load_judge(args.judge, args.api_base, llm_judge_options(args))
+    judge = load_judge(args.judge, args.judge_api_base, llm_judge_options(args))
     return Run(command, source, scorers, thresholds, judge, items, baseline, out, previous, started)
 
 

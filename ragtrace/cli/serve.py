@@ -16,6 +16,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from ragtrace._logs import ragtrace_logger
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.resources import Resource
@@ -27,13 +29,7 @@ if TYPE_CHECKING:
     from ragtrace.live.otlp import MetricsOutlet
     from ragtrace.live.settings import RagtraceSettings
 
-logger = logging.getLogger("ragtrace.gateway")
-
-# Command-line flags that are RagtraceSettings fields (flag dest == field name).
-SETTING_FLAGS = (
-    "judge", "judge_api_base", "sample_rate", "mode", "target", "scorers", "concurrency", "score_deadline",
-    "max_trace_wait", "max_queue", "max_held_spans", "max_open_traces",
-)
+logger = ragtrace_logger("ragtrace.gateway")
 
 
 def add_parser(subcommands: Any) -> argparse.ArgumentParser:
@@ -116,18 +112,9 @@ def _add_listening_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_scoring_options(parser: argparse.ArgumentParser) -> None:
     scoring = parser.add_argument_group("scoring (default: the RAGTRACE_* variable, else its default)")
-    scoring.add_argument("--judge", default=None, help="'local' or a litellm model string, e.g. openai/gpt-4o-mini")
-    scoring.add_argument("--judge-api-base", default=None, help="base URL for the litellm judge")
-    scoring.add_argument("--sample-rate", type=float, default=None, help="share of traces scored, 0..1")
-    scoring.add_argument("--mode", choices=("enrich", "link"), default=None)
-    scoring.add_argument("--target", choices=("retrieval", "generation", "root"), default=None)
-    scoring.add_argument("--scorers", default=None, help="comma-separated scorer names")
-    scoring.add_argument("--concurrency", type=int, default=None, help="judge calls at once")
-    scoring.add_argument("--score-deadline", type=float, default=None, help="seconds a sampled trace may wait")
-    scoring.add_argument("--max-trace-wait", type=float, default=None, help="seconds before a rootless trace closes")
-    scoring.add_argument("--max-queue", type=int, default=None)
-    scoring.add_argument("--max-held-spans", type=int, default=None)
-    scoring.add_argument("--max-open-traces", type=int, default=None)
+    from ragtrace.live.settings_rows import SERVE_FLAGS, add_setting_flags
+
+    add_setting_flags(scoring, SERVE_FLAGS, env=True)
     scoring.add_argument(
         "--trace-settle", type=float, default=1.0,
         help="seconds a trace's root is held so that children exported after it join the trace (default 1.0)",
@@ -147,9 +134,10 @@ def _port(value: int | None) -> int | None:
 def settings_of(args: argparse.Namespace) -> RagtraceSettings:
     """`RAGTRACE_*` settings with the flags given on the command line applied, checked like the variables."""
     from ragtrace.live.settings import RagtraceSettings, as_flag
+    from ragtrace.live.settings_rows import SERVE_FLAGS
 
     settings = RagtraceSettings.from_env()
-    overrides = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None}
+    overrides = {name: getattr(args, name) for name in SERVE_FLAGS if getattr(args, name, None) is not None}
     return settings.with_overrides(overrides, as_flag)
 
 
@@ -361,4 +349,4 @@ def _signalled(wake_read: int, timeout: float) -> bool:
     return any(number in _STOP_SIGNALS for number in received)
 
 
-__all__ = ["SETTING_FLAGS", "add_parser", "limits_of", "run", "security_of", "settings_of"]
+__all__ = ["add_parser", "limits_of", "run", "security_of", "settings_of"]

@@ -30,7 +30,7 @@ from ragtrace.live.drift import DriftConfig, DriftMetrics, DriftMonitor, DriftSt
 from ragtrace.scoring import SCORERS
 
 if TYPE_CHECKING:
-    from ragtrace.live.options import WorkerKind
+    from ragtrace.live.settings import WorkerKind
 
 SHORT = {"context_precision": "precision", "context_relevance": "relevance", "context_recall": "recall"}
 

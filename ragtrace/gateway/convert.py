@@ -1,6 +1,6 @@
 """OTLP request -> SDK ReadableSpans for the gateway: replay's conversion, plus the sampled flag.
 
-The conversion itself is `ragtrace.offline.replay.spans_of` (one implementation, so the gateway scores
+The conversion itself is `ragtrace.otlp.spans_of` (one implementation, so the gateway scores
 what replay scores). One thing differs for a receiver: every span that arrives over OTLP was recorded and
 exported by its SDK, yet the Python SDK's OTLP encoder does not write W3C trace flags, so the sampled bit
 usually arrives as 0, and the SDK's BatchSpanProcessor silently drops unsampled spans. A received span is
@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from ragtrace._sdk import set_context
-from ragtrace.offline.replay import spans_of
+from ragtrace.otlp import spans_of
 
 
 def received_spans(request: ExportTraceServiceRequest) -> Iterator[ReadableSpan]:

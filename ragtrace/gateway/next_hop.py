@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
 import socket
 import threading
@@ -14,10 +13,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import batch_queue_room, set_batch_exporter
 from ragtrace.live.otlp import otlp_span_exporter, otlp_target
 
-logger = logging.getLogger("ragtrace.gateway.next_hop")
+logger = ragtrace_logger("ragtrace.gateway.next_hop")
 
 # Told, after each export, which spans the next hop accepted (True) or did not (False); and, before it,
 # which spans are about to go (None).

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
-import logging
 import socket
 import ssl
 import threading
@@ -23,7 +22,7 @@ import zlib
 from concurrent import futures
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import grpc
 from google.protobuf import json_format
@@ -35,10 +34,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from ragtrace import _checks as checks
+from ragtrace._logs import ragtrace_logger
 from ragtrace.gateway.security import ReceiverSecurity
-from ragtrace.offline.replay import parse_json_line
+from ragtrace.otlp import parse_json_line
 
-logger = logging.getLogger("ragtrace.gateway.server")
+logger = ragtrace_logger("ragtrace.gateway.server")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _PROTOBUF = "application/x-protobuf"
@@ -309,144 +309,167 @@ class _Waiting:
         return True
 
 
+class _ConnectionHandler(BaseHTTPRequestHandler):
+    """One connection's life: the idle and read timeouts, its place among the connections waiting for a
+    request (the oldest is closed for room), and the answers."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "ragtrace-gateway"
+    limits: ClassVar[ReceiverLimits]
+    waiting: ClassVar[_Waiting]
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("http: " + format, *args)
+
+    def handle_one_request(self) -> None:
+        # Between requests a keep-alive connection may idle longer than a request may stall.
+        self.connection.settimeout(self.limits.idle_timeout)
+        self.waiting.add(self.connection)
+        try:
+            super().handle_one_request()
+        finally:
+            self.waiting.discard(self.connection)
+
+    def parse_request(self) -> bool:
+        self.connection.settimeout(self.limits.read_timeout)  # the request line arrived: it is a request now
+        parsed = super().parse_request()
+        self.waiting.discard(self.connection)  # headers complete: no longer a candidate to close for room
+        return parsed
+
+    def _reply(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _refuse(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        """Answer and close: the rest of the body, if any, is not read."""
+        self.close_connection = True
+        self._reply(status, message.encode(), "text/plain; charset=utf-8", headers)
+
+
+class _BodyReader(_ConnectionHandler):
+    """A request body within the limits: a declared length, read within the body timeout."""
+
+    def _content_length(self) -> int:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            raise BadRequest(411, "chunked bodies are not accepted: send a Content-Length")
+        declared = self.headers.get("Content-Length")
+        if declared is None:
+            raise BadRequest(411, "a Content-Length header is required")
+        try:
+            length = int(declared.strip())
+        except ValueError:
+            raise BadRequest(400, f"Content-Length is not a number: {declared[:40]!r}") from None
+        if length < 0:
+            raise BadRequest(400, f"Content-Length is negative: {length}")
+        limit = self.limits.max_request_bytes
+        if length > limit:
+            raise BadRequest(413, f"request body of {length} bytes is over the limit of {limit}")
+        return length
+
+    def _read_body(self, length: int) -> bytearray:
+        """Exactly `length` bytes within `body_timeout`; each read also has the read timeout."""
+        deadline = time.monotonic() + self.limits.body_timeout
+        body = bytearray()
+        while len(body) < length:
+            try:
+                chunk = self.rfile.read1(min(_CHUNK, length - len(body)))
+            except TimeoutError:
+                raise BadRequest(408, f"no body data for {self.limits.read_timeout:g} s") from None
+            if not chunk:
+                raise BadRequest(400, f"the body ended after {len(body)} of {length} bytes")
+            body += chunk
+            if time.monotonic() > deadline:
+                raise BadRequest(408, f"the body took longer than {self.limits.body_timeout:g} s")
+        return body
+
+    def _drain(self) -> None:
+        """Read and drop a small body of a request refused before its body was read."""
+        try:
+            length = self._content_length()
+            if length <= _DRAIN_BYTES:
+                self._read_body(length)
+        except (BadRequest, OSError):
+            pass  # the connection closes after the answer anyway
+
+
+class _OtlpHandler(_BodyReader):
+    """The endpoints: `GET /healthz`, and `POST /v1/traces` (authorized, within the requests in progress)."""
+
+    sink: ClassVar[TraceSink]
+    otlp: ClassVar[bool]
+    security: ClassVar[ReceiverSecurity]
+    in_progress: ClassVar[threading.Semaphore]
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] in ("/healthz", "/health", "/"):
+            health = self.sink.health()
+            code = 200 if health["status"] == "ok" else 503
+            self._reply(code, json.dumps(health).encode(), _JSON)
+        else:
+            self._reply(404, b"not found", "text/plain")
+
+    def do_POST(self) -> None:
+        if not self.otlp or self.path.split("?", 1)[0] != "/v1/traces":
+            self._drain()
+            self._refuse(404, "not found: this gateway accepts traces at /v1/traces")
+            return
+        if not self.security.authorized(self.headers.get):
+            self._drain()
+            self._refuse(401, "missing or wrong credentials for this gateway", {"WWW-Authenticate": "Bearer"})
+            return
+        if not self.in_progress.acquire(timeout=self.limits.read_timeout):
+            self._drain()
+            self._refuse(503, "too many requests in progress; retry", {"Retry-After": "1"})
+            return
+        try:
+            self._receive()
+        finally:
+            self.in_progress.release()
+
+    def _receive(self) -> None:
+        content_type = (self.headers.get("Content-Type") or _PROTOBUF).split(";")[0].strip().lower()
+        encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
+        try:
+            raw = self._read_body(self._content_length())
+            request = decode_request(raw, content_type, encoding, self.limits.max_request_bytes)
+        except BadRequest as refused:
+            self._refuse(refused.status, str(refused))
+            return
+        del raw
+        if self.sink.closing:
+            self._reply(503, b"shutting down", "text/plain")
+            return
+        try:
+            response = self.sink.export(request)
+        except RetryLater as busy:
+            self._reply(503, str(busy).encode(), "text/plain; charset=utf-8", {"Retry-After": "1"})
+            return
+        except Exception:
+            logger.exception("ragtrace gateway: handling an OTLP/HTTP request failed")
+            self._reply(500, b"internal error while handling the request", "text/plain")
+            return
+        if content_type == _JSON:
+            self._reply(200, json_format.MessageToJson(response).encode(), _JSON)
+        else:
+            self._reply(200, response.SerializeToString(), _PROTOBUF)
+
+
 def _handler(
     sink: TraceSink, otlp: bool, limits: ReceiverLimits, security: ReceiverSecurity, requests: threading.Semaphore,
     waiting: _Waiting,
 ) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "ragtrace-gateway"
-        timeout = limits.read_timeout  # StreamRequestHandler sets it on the socket; TLS handshakes included
-
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.debug("http: " + format, *args)
-
-        def handle_one_request(self) -> None:
-            # Between requests a keep-alive connection may idle longer than a request may stall.
-            self.connection.settimeout(limits.idle_timeout)
-            waiting.add(self.connection)
-            try:
-                super().handle_one_request()
-            finally:
-                waiting.discard(self.connection)
-
-        def parse_request(self) -> bool:
-            self.connection.settimeout(limits.read_timeout)  # the request line arrived: it is a request now
-            parsed = super().parse_request()
-            waiting.discard(self.connection)  # headers complete: no longer a candidate to close for room
-            return parsed
-
-        def _reply(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            if self.close_connection:
-                self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _refuse(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-            """Answer and close: the rest of the body, if any, is not read."""
-            self.close_connection = True
-            self._reply(status, message.encode(), "text/plain; charset=utf-8", headers)
-
-        def do_GET(self) -> None:
-            if self.path.split("?", 1)[0] in ("/healthz", "/health", "/"):
-                health = sink.health()
-                code = 200 if health["status"] == "ok" else 503
-                self._reply(code, json.dumps(health).encode(), _JSON)
-            else:
-                self._reply(404, b"not found", "text/plain")
-
-        def _content_length(self) -> int:
-            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                raise BadRequest(411, "chunked bodies are not accepted: send a Content-Length")
-            declared = self.headers.get("Content-Length")
-            if declared is None:
-                raise BadRequest(411, "a Content-Length header is required")
-            try:
-                length = int(declared.strip())
-            except ValueError:
-                raise BadRequest(400, f"Content-Length is not a number: {declared[:40]!r}") from None
-            if length < 0:
-                raise BadRequest(400, f"Content-Length is negative: {length}")
-            if length > limits.max_request_bytes:
-                raise BadRequest(413, f"request body of {length} bytes is over the limit of {limits.max_request_bytes}")
-            return length
-
-        def _read_body(self, length: int) -> bytearray:
-            """Exactly `length` bytes within `body_timeout`; each read also has the read timeout."""
-            deadline = time.monotonic() + limits.body_timeout
-            body = bytearray()
-            while len(body) < length:
-                try:
-                    chunk = self.rfile.read1(min(_CHUNK, length - len(body)))
-                except TimeoutError:
-                    raise BadRequest(408, f"no body data for {limits.read_timeout:g} s") from None
-                if not chunk:
-                    raise BadRequest(400, f"the body ended after {len(body)} of {length} bytes")
-                body += chunk
-                if time.monotonic() > deadline:
-                    raise BadRequest(408, f"the body took longer than {limits.body_timeout:g} s")
-            return body
-
-        def _drain(self) -> None:
-            """Read and drop a small body of a request refused before its body was read."""
-            try:
-                length = self._content_length()
-                if length <= _DRAIN_BYTES:
-                    self._read_body(length)
-            except (BadRequest, OSError):
-                pass  # the connection closes after the answer anyway
-
-        def do_POST(self) -> None:
-            if not otlp or self.path.split("?", 1)[0] != "/v1/traces":
-                self._drain()
-                self._refuse(404, "not found: this gateway accepts traces at /v1/traces")
-                return
-            if not security.authorized(self.headers.get):
-                self._drain()
-                self._refuse(401, "missing or wrong credentials for this gateway", {"WWW-Authenticate": "Bearer"})
-                return
-            if not requests.acquire(timeout=limits.read_timeout):
-                self._drain()
-                self._refuse(503, "too many requests in progress; retry", {"Retry-After": "1"})
-                return
-            try:
-                self._receive()
-            finally:
-                requests.release()
-
-        def _receive(self) -> None:
-            content_type = (self.headers.get("Content-Type") or _PROTOBUF).split(";")[0].strip().lower()
-            encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
-            try:
-                raw = self._read_body(self._content_length())
-                request = decode_request(raw, content_type, encoding, limits.max_request_bytes)
-            except BadRequest as refused:
-                self._refuse(refused.status, str(refused))
-                return
-            del raw
-            if sink.closing:
-                self._reply(503, b"shutting down", "text/plain")
-                return
-            try:
-                response = sink.export(request)
-            except RetryLater as busy:
-                self._reply(503, str(busy).encode(), "text/plain; charset=utf-8", {"Retry-After": "1"})
-                return
-            except Exception:
-                logger.exception("ragtrace gateway: handling an OTLP/HTTP request failed")
-                self._reply(500, b"internal error while handling the request", "text/plain")
-                return
-            if content_type == _JSON:
-                self._reply(200, json_format.MessageToJson(response).encode(), _JSON)
-            else:
-                self._reply(200, response.SerializeToString(), _PROTOBUF)
-
-    return Handler
+    """The handler class of one server, its settings as class attributes (the server makes one handler per
+    request)."""
+    settings = {"sink": sink, "otlp": otlp, "limits": limits, "security": security, "in_progress": requests,
+                "waiting": waiting, "timeout": limits.read_timeout}  # timeout: TLS handshakes included
+    return type("Handler", (_OtlpHandler,), settings)
 
 
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\nConnection: close\r\n\r\n"

@@ -5,16 +5,14 @@ The app needs no ragtrace: its collector sends traces here, each span of each re
 the root settling (settling.py), enters the same processor the in-process mode runs, and leaves through
 the SDK's own `BatchSpanProcessor(OTLPSpanExporter())` to the next hop (next_hop.py), configured by the
 usual `OTEL_EXPORTER_OTLP_*` variables. Like a collector, the gateway keeps nothing but bounded in-flight
-state; with a `Spool`, that state is also on disk until the next hop accepted it (spool.py).
+state; with a `Spool`, that state is also on disk until the next hop accepted it (spool.py, and recovery.py
+for its replay and resends). The sockets are listening.py's; room in the next hop's queue, which every path
+takes before it hands spans on, is room.py's.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
-from collections import deque
-from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.metrics import MeterProvider
@@ -25,25 +23,22 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.gateway.convert import received_spans, span_count
+from ragtrace.gateway.listening import Listeners
 from ragtrace.gateway.next_hop import NextHop, next_hop_url, otlp_exporting, refuse_self_forwarding
-from ragtrace.gateway.receivers import GrpcReceiver, HttpReceiver, ReceiverLimits, RetryLater, url_host
+from ragtrace.gateway.receivers import ReceiverLimits, RetryLater
+from ragtrace.gateway.recovery import REPLAYED_LATE, RESEND_DELAY, SpoolRecovery, received_key
+from ragtrace.gateway.room import NextHopRoom
 from ragtrace.gateway.security import ReceiverSecurity
 from ragtrace.gateway.settling import RootSettler
-from ragtrace.gateway.spool import Spool, SpoolFull, span_key
+from ragtrace.gateway.spool import Spool, SpoolFull
 from ragtrace.judges.base import Judge
-from ragtrace.judges.resolve import resolve_judge
-from ragtrace.live.enrich import EvalStatus
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from ragtrace.live.settings import RagtraceSettings
+from ragtrace.live.settings import RagtraceSettings, scoring_options
 
-logger = logging.getLogger(__name__)
-
-# A batch the next hop's exporter gave up on (after its own retries) is handed to it again this much later.
-RESEND_DELAY = 1.0
-# What a replayed sample whose score deadline passed while the gateway was down says on its retrieval span.
-REPLAYED_LATE: tuple[EvalStatus, str] = ("timeout", "gateway_restarted")
+logger = ragtrace_logger(__name__)
 
 
 class Gateway:
@@ -82,101 +77,79 @@ class Gateway:
         spool: Spool | None = None,
         **processor_options: Any,
     ) -> None:
-        settings = settings if settings is not None else RagtraceSettings.from_env()
+        settings, kwargs = scoring_options(settings, judge, meter_provider, processor_options, built_by="gateway")
         self.settings = settings
-        resolved = (
-            resolve_judge(settings.judge, **settings.llm_judge_options()) if judge is None else resolve_judge(judge)
-        )
-        kwargs = settings.processor_options()
-        if not settings.enabled:  # a disabled gateway still forwards everything
-            kwargs["sampler"] = Sampler(0.0)
-        if meter_provider is not None:
-            kwargs["metrics"] = settings.build_metrics(meter_provider)
-        kwargs.update(processor_options)
         self._sampler: Sampler = kwargs["sampler"]
         self._exporting = NextHop(
             exporting if exporting is not None else otlp_exporting(exporter_endpoint, exporter_protocol)
         )
-        if spool is not None:
-            if not self._exporting.observed:
-                raise ValueError(
-                    "a spool needs to know which spans the next hop accepted: give the gateway the SDK's "
-                    "BatchSpanProcessor (or SimpleSpanProcessor) as its exporting processor"
-                )
-            self._exporting.listen(self._exported)
+        if spool is not None and not self._exporting.observed:
+            raise ValueError(
+                "a spool needs to know which spans the next hop accepted: give the gateway the SDK's "
+                "BatchSpanProcessor (or SimpleSpanProcessor) as its exporting processor"
+            )
         self._spool = spool
-        self._resend: deque[tuple[float, Sequence[ReadableSpan]]] = deque()
-        self._replayed = 0
-        self._replayed_late = 0
-        self._maybe_delivered = 0
-        self._pump_stop = threading.Event()
-        self._pump: threading.Thread | None = None
+        self._room = NextHopRoom(self._exporting, lambda: self.processor.sink.waiting)
         self._lock = threading.Lock()
-        self._received = 0
-        self._rejected = 0
-        self._refused = 0
-        self._reserved = 0  # spans of requests being handed on now, not in the next hop's queue yet
-        self._requests = 0
+        self._received = self._rejected = self._refused = self._requests = 0
         self._closing = False
         self._stopped = threading.Event()
-        self._host = host
-        self._security = security or ReceiverSecurity()
-        self._next_hop = "a caller-supplied span processor"
-        self._grpc: GrpcReceiver | None = None
-        self._http: HttpReceiver | None = None
-        self._health: HttpReceiver | None = None
         try:
-            if grpc_port is not None:
-                self._grpc = GrpcReceiver(self, host, grpc_port, grpc_workers, limits=limits, security=self._security)
-            if http_port is not None:
-                self._http = HttpReceiver(self, host, http_port, limits=limits, security=self._security)
-            if health_port is not None:
-                # Health stays unauthenticated (probes carry no credentials) but speaks TLS like the rest.
-                health_security = ReceiverSecurity(self._security.tls_cert, self._security.tls_key)
-                self._health = HttpReceiver(
-                    self, host, health_port, otlp=False, limits=limits, security=health_security
-                )
-            if exporting is None:
-                ports = [r.port for r in self._receivers()]
-                refuse_self_forwarding(exporter_endpoint, exporter_protocol, host, ports)
-                self._next_hop = next_hop_url(exporter_endpoint, exporter_protocol)
+            self._listeners, self._next_hop = self._listen(
+                Listeners(self, host, security or ReceiverSecurity(), grpc_port=grpc_port, http_port=http_port,
+                          health_port=health_port, grpc_workers=grpc_workers, limits=limits),
+                None if exporting is not None else (exporter_endpoint, exporter_protocol),
+            )
         except BaseException:
             # Nothing ran yet: the scoring processor is built only once the ports are bound, so a gateway that
             # cannot start has no processor to stop (nor a 'scored nothing' to report).
-            self._close_servers()
             self._exporting.shutdown()
             if spool is not None:
                 spool.close()
             raise
-        self.processor = RagScoringSpanProcessor(self._exporting, judge=resolved, **kwargs)
+        self.processor = RagScoringSpanProcessor(self._exporting, **kwargs)
         self._settler = RootSettler(self.processor, self._sampler, trace_settle, max_settling_roots)
+        self._recovery = (
+            SpoolRecovery(spool, self._exporting, self._room, self._settler, self.processor, self._sampler,
+                          closing=lambda: self._closing)
+            if spool is not None else None
+        )
 
-    # --- endpoints -----------------------------------------------------------------------------------
-
-    def _url(self, port: int | None) -> str:
-        if port is None:
-            raise RuntimeError("that transport is disabled")
-        return f"{self._security.scheme}://{url_host(self._host)}:{port}"
+    @staticmethod
+    def _listen(listeners: Listeners, next_hop: tuple[str | None, str | None] | None) -> tuple[Listeners, str]:
+        """The bound listeners and where spans go, said for the log; a gateway that would forward to its own
+        ports is refused (its listeners closed)."""
+        if next_hop is None:
+            return listeners, "a caller-supplied span processor"
+        try:
+            refuse_self_forwarding(*next_hop, listeners.host, listeners.ports)
+            return listeners, next_hop_url(*next_hop)
+        except BaseException:
+            listeners.stop()
+            raise
 
     @property
     def grpc_port(self) -> int | None:
-        return self._grpc.port if self._grpc is not None else None
+        grpc = self._listeners.grpc
+        return grpc.port if grpc is not None else None
 
     @property
     def http_port(self) -> int | None:
-        return self._http.port if self._http is not None else None
+        http = self._listeners.http
+        return http.port if http is not None else None
 
     @property
     def health_port(self) -> int | None:
-        return self._health.port if self._health is not None else self.http_port
+        health = self._listeners.health
+        return health.port if health is not None else self.http_port
 
     @property
     def grpc_endpoint(self) -> str:
-        return self._url(self.grpc_port)
+        return self._listeners.url(self.grpc_port)
 
     @property
     def http_endpoint(self) -> str:
-        return self._url(self.http_port)
+        return self._listeners.url(self.http_port)
 
     @property
     def closing(self) -> bool:
@@ -187,18 +160,10 @@ class Gateway:
     def start(self) -> Gateway:
         """Start serving (returns self, so `with Gateway(...).start() as gw:` works). With a spool, its replay
         starts first, so that spans stored before a crash reach the processor before their retried peers."""
-        if self._spool is not None and self._pump is None:
-            found = self._spool.stats()
-            if found["spans"]:
-                logger.info(
-                    "ragtrace gateway: replaying %d spans (%d requests) from the spool %s",
-                    found["spans"], found["requests"], self._spool.path,
-                )
-            self._pump = threading.Thread(target=self._run_spool, name="ragtrace-spool", daemon=True)
-            self._pump.start()
-        for receiver in self._receivers():
-            receiver.start()
-        security = self._security
+        if self._recovery is not None:
+            self._recovery.start()
+        self._listeners.start()
+        security = self._listeners.security
         logger.info(
             "ragtrace gateway: listening for OTLP gRPC on %s, HTTP on %s (%s, %s); forwarding to %s",
             self.grpc_port or "-", self.http_port or "-", "TLS" if security.tls else "plaintext",
@@ -215,10 +180,10 @@ class Gateway:
         total = span_count(request)
         with self._lock:
             self._requests += 1
-            if not self._has_room(total):
+        if not self._room.reserve(total):
+            with self._lock:
                 self._refused += total
-                raise RetryLater(f"the next hop's queue has no room for {total} more spans; retry")
-            self._reserved += total
+            raise RetryLater(f"the next hop's queue has no room for {total} more spans; retry")
         accepted = 0
         refused = False
         try:
@@ -227,7 +192,7 @@ class Gateway:
             if self._spool is not None and spans:
                 # Durable before the answer; a span still stored from an earlier request is not handed on
                 # twice (its stored copy is on its way already).
-                fresh = self._spool.add(request.SerializeToString(), [_key(span) for span in spans])
+                fresh = self._spool.add(request.SerializeToString(), [received_key(span) for span in spans])
                 spans = [span for span, new in zip(spans, fresh, strict=True) if new]
             for span in spans:
                 self._settler.on_end(span)
@@ -236,8 +201,8 @@ class Gateway:
             refused = True
             raise
         finally:
+            self._room.release(total)
             with self._lock:
-                self._reserved -= total
                 if refused:
                     self._refused += total
                 else:
@@ -252,125 +217,10 @@ class Gateway:
             )
         )
 
-    def _has_room(self, spans: int) -> bool:
-        """Whether the next hop's queue can take `spans` more after the spans already bound for it (released
-        spans waiting for room, requests being handed on). A request larger than the whole queue waits for
-        an empty one, so that no request is refused for good."""
-        room = self._exporting.room()
-        if room is None:
-            return True
-        free, size = room
-        return free - self.processor.sink.waiting - self._reserved >= min(spans, size)
-
-    def _reserve(self, spans: int) -> bool:
-        """Room in the next hop's queue for `spans` more, taken (release with `_unreserve`)."""
-        with self._lock:
-            if not self._has_room(spans):
-                return False
-            self._reserved += spans
-            return True
-
-    def _unreserve(self, spans: int) -> None:
-        with self._lock:
-            self._reserved -= spans
-
-    # --- the spool ---------------------------------------------------------------------------------------
-
-    def _exported(self, spans: Sequence[ReadableSpan], ok: bool | None) -> None:
-        """A batch going out is marked in the spool; the next hop's answer for it: forwarded spans leave the
-        spool; a batch its exporter gave up on is handed to it again after `RESEND_DELAY` (the spans are
-        still stored, so a crash meanwhile loses nothing either)."""
-        assert self._spool is not None
-        if ok is None:
-            self._spool.sending(_key(span) for span in spans)
-        elif ok:
-            self._spool.forwarded(_key(span) for span in spans)
-        else:
-            self._spool.sending((_key(span) for span in spans), False)
-            if not self._closing:
-                self._resend.append((time.monotonic() + RESEND_DELAY, spans))
-
-    def _run_spool(self) -> None:
-        try:
-            self._replay()
-        except Exception:
-            logger.exception("ragtrace gateway: replaying the spool failed; the rest is replayed at the next start")
-        while not self._pump_stop.wait(0.1):
-            try:
-                self._resend_due()
-            except Exception:
-                logger.exception("ragtrace gateway: sending spans again failed")
-
-    def _wait_for_room(self, spans: int) -> bool:
-        while not self._reserve(spans):
-            if self._pump_stop.wait(0.05):
-                return False
-        return True
-
-    def _replay(self) -> None:
-        """Hand the spool's spans on as they arrived: to scoring while their trace is within `score_deadline`
-        of its arrival, else forwarded with `ragtrace.eval.status = timeout`, `ragtrace.eval.error =
-        gateway_restarted` on the retrieval spans of sampled traces."""
-        assert self._spool is not None
-        deadline = self.processor.scoring.options.score_deadline
-        for stored in self._spool.stored():
-            request = ExportTraceServiceRequest.FromString(stored.body)
-            spans = [span for span in received_spans(request) if _key(span) in stored.pending]
-            if not self._wait_for_room(len(spans)):
-                return
-            late = time.time() - stored.received >= deadline
-            try:
-                if late:
-                    self._forward_late(spans)
-                else:
-                    for span in spans:
-                        self._settler.on_end(span)
-            finally:
-                self._unreserve(len(spans))
-            with self._lock:
-                self._replayed += len(spans)
-                self._maybe_delivered += len(stored.sending)
-                if late:
-                    self._replayed_late += len(spans)
-        if self._replayed:
-            logger.info(
-                "ragtrace gateway: replayed %d spans from the spool (%d past the score deadline, forwarded "
-                "with status timeout / gateway_restarted; %d were being exported when the gateway stopped, "
-                "so the next hop may get them twice)", self._replayed, self._replayed_late, self._maybe_delivered,
-            )
-
-    def _forward_late(self, spans: list[ReadableSpan]) -> None:
-        """Spans whose score deadline passed while the gateway was down: forwarded now, each retrieval span
-        of a trace that may be sampled saying why it has no score (on the worker, like every release)."""
-        scoring = self.processor.scoring
-        pipeline = scoring.pipeline
-        sampled = [s for s in spans if s.context is not None and self._sampler.might_sample(s.context.trace_id)]
-        others = [s for s in spans if s.context is None or not self._sampler.might_sample(s.context.trace_id)]
-
-        def release() -> None:
-            pipeline.forward(others)
-            pipeline.forward(sampled, REPLAYED_LATE)
-
-        if not scoring.worker.call(release, timeout=30.0):
-            logger.warning("ragtrace gateway: the scoring worker did not take %d replayed spans in 30 s", len(spans))
-
-    def _resend_due(self) -> None:
-        while self._resend and self._resend[0][0] <= time.monotonic():
-            spans = self._resend[0][1]
-            if not self._reserve(len(spans)):
-                return
-            self._resend.popleft()
-            try:
-                for span in spans:
-                    self._exporting.on_end(span)
-            finally:
-                self._unreserve(len(spans))
-
     def health(self) -> dict[str, Any]:
         """What `GET /healthz` answers: liveness plus the in-flight state an operator sizes by."""
         with self._lock:
             received, rejected, refused, requests = self._received, self._rejected, self._refused, self._requests
-            replayed, replayed_late, maybe_delivered = self._replayed, self._replayed_late, self._maybe_delivered
         next_hop = self._exporting.counts()
         health: dict[str, Any] = {
             "status": "shutting_down" if self._closing else "ok",
@@ -387,29 +237,14 @@ class Gateway:
             "queue_depth": self.processor.queue_depth,
             "decisions": self.processor.decisions,
         }
-        if self._spool is not None:
-            health["spool"] = {
-                **self._spool.stats(),
-                "replayed_spans": replayed,
-                "replayed_late_spans": replayed_late,
-                # Replayed spans whose export batch was out when the gateway stopped: duplicates if the
-                # next hop had taken it (at least once), counted here since the gateway cannot know.
-                "replayed_maybe_delivered_spans": maybe_delivered,
-                "resending_spans": sum(len(spans) for _, spans in list(self._resend)),
-            }
+        if self._recovery is not None:
+            health["spool"] = self._recovery.health()
         return health
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Hand on settling roots, score what can be scored in time, flush the exporter."""
         self._settler.drain()
         return self.processor.force_flush(timeout_millis)
-
-    def _receivers(self) -> list[GrpcReceiver | HttpReceiver]:
-        return [r for r in (self._grpc, self._http, self._health) if r is not None]
-
-    def _close_servers(self, grace: float = 5.0) -> None:
-        for receiver in self._receivers():
-            receiver.stop(grace)
 
     def shutdown(self, grace: float = 5.0) -> None:
         """Stop receiving (in-flight requests finish within `grace`), hand on settling roots, then shut the
@@ -419,12 +254,11 @@ class Gateway:
                 return
             self._closing = True
         try:
-            self._close_servers(grace)
+            self._listeners.stop(grace)
         except Exception:
             logger.exception("ragtrace gateway: stopping the servers failed")
-        self._pump_stop.set()
-        if self._pump is not None:
-            self._pump.join(5.0)
+        if self._recovery is not None:
+            self._recovery.stop(5.0)
         self._settler.close()
         self.processor.shutdown()
         if self._spool is not None:
@@ -442,12 +276,6 @@ class Gateway:
         self.shutdown()
 
 
-def _key(span: ReadableSpan) -> bytes:
-    ctx = span.context
-    assert ctx is not None  # received spans all have valid ids
-    return span_key(ctx.trace_id, ctx.span_id)
-
-
 def request_of(spans: list[ReadableSpan]) -> ExportTraceServiceRequest:
     """SDK spans as one OTLP request, encoded by the SDK's own exporter encoder (tests and the bench)."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -456,4 +284,4 @@ def request_of(spans: list[ReadableSpan]) -> ExportTraceServiceRequest:
     return request
 
 
-__all__ = ["Gateway", "request_of"]
+__all__ = ["REPLAYED_LATE", "RESEND_DELAY", "Gateway", "request_of"]

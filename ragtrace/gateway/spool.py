@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import logging
 import os
 import sqlite3
 import threading
@@ -32,9 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.gateway.receivers import RetryLater
 
-logger = logging.getLogger("ragtrace.gateway.spool")
+logger = ragtrace_logger("ragtrace.gateway.spool")
 
 FILE_NAME = "ragtrace-spool.sqlite3"
 LOCK_NAME = "ragtrace-spool.lock"

@@ -7,16 +7,16 @@ on every sampled trace and drop work before it queues a job. Clocks are injectab
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._state import PerProcessState
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 class RateLimiter(PerProcessState):

@@ -7,11 +7,11 @@ trace-id test inlined. Each call costs the app more than the work inside it.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import IS_REMOTE, PUBLIC_IDS, SDK_IDS, SDK_SPAN, TRACE_ID
 from ragtrace.capture import DEFAULT_RULES, CaptureRules, capture_start
 from ragtrace.live.counts import Counts
@@ -19,7 +19,7 @@ from ragtrace.live.modes import Mode
 from ragtrace.live.sampling import TRACE_ID_MASK
 from ragtrace.live.store import SpanStore
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 class Admission:

@@ -9,9 +9,10 @@ import logging
 import sys
 from collections.abc import Mapping
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.judges.base import Judge
 
-logger = logging.getLogger("ragtrace")
+logger = ragtrace_logger("ragtrace")
 
 #: Why a trace was not scored, per decision count (`ragtrace.evaluation.decisions`).
 _WHY = {

@@ -14,6 +14,7 @@ import threading
 import time
 import weakref
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.live.admission import Admission
 from ragtrace.live.announce import nothing_scored_line, say
 from ragtrace.live.counts import Counts
@@ -25,7 +26,7 @@ from ragtrace.live.scoring_process.parent import ProcessJudging
 from ragtrace.live.store import SpanStore
 from ragtrace.live.worker import ScoringWorker
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 class LiveScoring:

@@ -7,15 +7,15 @@ the worker thread, and pushed to the metrics in batches, so that the app's threa
 from __future__ import annotations
 
 import itertools
-import logging
 import threading
 from collections import Counter
 from collections.abc import Mapping
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.scoring import JUDGE_TIMEOUT, ScoreResult
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 def decision_of(result: ScoreResult) -> str:

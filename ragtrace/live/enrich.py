@@ -7,7 +7,6 @@ wrapped exporting processor encodes like any other.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,17 +21,19 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind
 from opentelemetry.util.types import AttributeValue
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import copy_span, dropped_counts
+from ragtrace._version import __version__
 from ragtrace.capture import CapturedSample
 from ragtrace.capture.values import attrs_of
 from ragtrace.scoring import JUDGE_TIMEOUT, JudgeUsage, ScoreResult
 from ragtrace.scoring import timed_out as timed_out_result
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 EvalStatus = Literal["scored", "partial", "skipped", "error", "timeout"]
 EVENT_NAME = "gen_ai.evaluation.result"
-SCOPE = InstrumentationScope("ragtrace", "0.1.0")
+SCOPE = InstrumentationScope("ragtrace", __version__)
 _ids = RandomIdGenerator()
 
 

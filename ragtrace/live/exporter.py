@@ -23,7 +23,6 @@ enrich and link modes, and both workers.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -33,13 +32,14 @@ from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import set_batch_exporter
 from ragtrace._untraced import suppress_tracing
 from ragtrace.judges.base import Judge
 from ragtrace.live.core import LiveScoring, ScoringFace
 from ragtrace.live.options import ScoringOptions
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 # At most this many spans an export call, as the SDK's BatchSpanProcessor sends by default (an OTLP

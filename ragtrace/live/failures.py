@@ -1,7 +1,9 @@
-"""Failures of ragtrace's own telemetry (metrics, drift checks), logged once per kind.
+"""Failures of ragtrace's own telemetry (metrics, drift checks), logged as warnings, each kind its own line.
 
 A broken instrument or a failing callback must neither reach the host nor flood its log once per span:
-the first failure of each kind is a warning with its traceback, later ones are debug lines.
+each kind is a line of its own (its words are in the message, not in the arguments), so the repeat filter
+of ragtrace's loggers (`ragtrace._logs`) lets the first through with its traceback and then one per
+window, saying how many it dropped.
 """
 
 from __future__ import annotations
@@ -16,13 +18,7 @@ class FailureLog:
         self._logger = logger
         self._component = component
         self._consequence = consequence
-        self._seen: set[str] = set()
 
     def failed(self, kind: str) -> None:
-        if kind in self._seen:
-            self._logger.debug("%s: %s failed again", self._component, kind, exc_info=True)
-            return
-        self._seen.add(kind)
-        self._logger.warning(
-            "%s: %s failed; %s", self._component, kind, self._consequence, exc_info=True
-        )
+        words = f"{self._component}: {kind} failed; {self._consequence}".replace("%", "%%")
+        self._logger.warning(words, exc_info=True)

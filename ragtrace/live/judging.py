@@ -8,7 +8,6 @@ roll-ups. A trace with nothing to judge gets its verdict at once; the others whe
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -17,6 +16,7 @@ from typing import Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.capture import CaptureRules, CaptureStats, Extractor, extract_samples
 from ragtrace.live.counts import decision_of
 from ragtrace.live.enrich import (
@@ -32,7 +32,7 @@ from ragtrace.live.modes import INTERNAL_ERROR, QUEUE_FULL, Verdict
 from ragtrace.live.planning import Planned, Planner
 from ragtrace.live.worker import ScoreJob
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 class Jobs(Protocol):

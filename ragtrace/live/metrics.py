@@ -7,7 +7,6 @@ the scoring path: every method swallows and logs (once per method) whatever the 
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable
 
@@ -16,6 +15,7 @@ from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._version import __version__
 from ragtrace.live.failures import FailureLog
 from ragtrace.scoring.result import JudgeUsage, ScoreResult
@@ -28,7 +28,7 @@ __all__ = [
     "scored_span_context",
 ]
 
-_logger = logging.getLogger(__name__)
+_logger = ragtrace_logger(__name__)
 
 #: Score histogram boundaries 0.1 .. 1.0; meaningful for scores on the default scale of 1.
 SCORE_BUCKETS: tuple[float, ...] = tuple(round(i / 10, 1) for i in range(1, 11))

@@ -9,7 +9,6 @@ linked to the evaluated span. Nothing else asks which of the two it is.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,13 +17,14 @@ from typing import ClassVar
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.util.types import AttributeValue
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import SPAN_ID, ids_of
 from ragtrace.capture import CaptureRules
 from ragtrace.capture.readers import span_role
 from ragtrace.live.enrich import EvalStatus, Evaluation, Rollup, Writes, enrich, link_spans, not_judged, writes_for
 from ragtrace.scoring import JUDGE_TIMEOUT
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 # Why a trace's retrieval spans were not judged: (ragtrace.eval.status, ragtrace.eval.error).
 Outcome = tuple[EvalStatus, str]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from ragtrace import _checks as checks
 from ragtrace.capture import DEFAULT_RULES, CaptureRules, Extractor
@@ -13,17 +12,16 @@ from ragtrace.judges.base import Judge
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
+from ragtrace.live.settings import DEFAULTS, Mode, Target, WorkerKind, default_worker
 from ragtrace.live.worker import DEFAULT_TICK_S
-from ragtrace.scoring import Scorer, default_scorers
-
-Mode = Literal["enrich", "link"]
-Target = Literal["retrieval", "generation", "root"]
-WorkerKind = Literal["thread", "process"]
+from ragtrace.scoring import SCORERS, Scorer
 
 
 @dataclass(frozen=True)
 class ScoringOptions:
     """The scoring arguments of `RagScoringSpanProcessor` and `RagScoringSpanExporter`.
+
+    Where a field shares its name with a `RagtraceSettings` field it takes that row's default (`DEFAULTS`).
 
     judge / scorers: who gives verdicts and what is scored (default precision, relevance, and recall
         for samples that carry a ground truth). sampler: which traces and scorers (default 10 %).
@@ -39,7 +37,7 @@ class ScoringOptions:
     tick_interval: how often a busy worker closes, ships and releases traces (seconds; see
         `worker.DEFAULT_TICK_S` for why 0.2).
     worker: "thread" scores in a thread of this process; "process" in a scoring process of its own,
-        out of this process's GIL (enrich mode only).
+        out of this process's GIL (enrich mode only). Unset: `settings.default_worker` (the thread here).
     decision_log: keeps the last traces closed, to ask why they were (not) scored
         (`ragtrace.capture.explain.DecisionLog`).
     capture_rules: which tools are retrievals, which query is judged (`ragtrace.capture.CaptureRules`).
@@ -47,25 +45,27 @@ class ScoringOptions:
 
     judge: Judge
     scorers: Sequence[Scorer] | None = None
-    sampler: Sampler = field(default_factory=Sampler)
-    mode: Mode = "enrich"
-    target: Target = "retrieval"
-    max_trace_wait: float = 30.0
-    score_deadline: float = 30.0
-    max_queue: int = 1000
-    max_held_spans: int = 50_000
-    max_open_traces: int = 10_000
-    concurrency: int = 8
+    sampler: Sampler = field(default_factory=lambda: Sampler(DEFAULTS.sample_rate))
+    mode: Mode = DEFAULTS.mode
+    target: Target = DEFAULTS.target
+    max_trace_wait: float = DEFAULTS.max_trace_wait
+    score_deadline: float = DEFAULTS.score_deadline
+    max_queue: int = DEFAULTS.max_queue
+    max_held_spans: int = DEFAULTS.max_held_spans
+    max_open_traces: int = DEFAULTS.max_open_traces
+    concurrency: int = DEFAULTS.concurrency
     redactor: Redactor | None = None
     extractor: Extractor | None = None
     metrics: RagtraceMetrics | None = None
-    reason_max_chars: int = 500
+    reason_max_chars: int = DEFAULTS.reason_max_chars
     tick_interval: float = DEFAULT_TICK_S
-    worker: WorkerKind = "thread"
+    worker: WorkerKind | None = None  # set in __post_init__: never None after it
     decision_log: DecisionLog | None = None
     capture_rules: CaptureRules = DEFAULT_RULES
 
     def __post_init__(self) -> None:
+        if self.worker is None:
+            object.__setattr__(self, "worker", default_worker(self.mode, "hand"))
         if self.mode not in ("enrich", "link"):
             raise ValueError(f"mode must be 'enrich' or 'link', got {self.mode!r}")
         if self.worker not in ("thread", "process"):
@@ -76,10 +76,10 @@ class ScoringOptions:
             raise ValueError(f"target must be 'retrieval', 'generation' or 'root', got {self.target!r}")
         checks.positive(self, "max_trace_wait", "score_deadline", "tick_interval", unit=" seconds")
         checks.counts(self, "max_queue", "max_held_spans", "max_open_traces", "concurrency", "reason_max_chars")
-        scorers = tuple(self.scorers) if self.scorers is not None else tuple(default_scorers())
+        scorers = tuple(self.scorers) if self.scorers is not None else tuple(SCORERS[n]() for n in DEFAULTS.scorers)
         object.__setattr__(self, "scorers", scorers)
         if self.sampler is None:
-            object.__setattr__(self, "sampler", Sampler())
+            object.__setattr__(self, "sampler", Sampler(DEFAULTS.sample_rate))
 
     @property
     def enrich(self) -> bool:

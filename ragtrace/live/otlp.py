@@ -19,12 +19,13 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import metric_exporter_preferences
 
 if TYPE_CHECKING:
     import requests
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 def otlp_target(signal: str, endpoint: str | None, protocol: str | None) -> tuple[str, str | None]:

@@ -11,19 +11,19 @@ the spans to send on.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.live.counts import Counts
 from ragtrace.live.modes import INTERNAL_ERROR, JUDGE_TIMED_OUT, LATE, QUEUE_FULL, Mode, Outcome, Verdict
 from ragtrace.live.options import ScoringOptions
 from ragtrace.live.store import ClosedTrace, PendingTrace, Refusal, SpanStore
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 _REFUSED: dict[Refusal, Outcome] = {"overflow": QUEUE_FULL, "turned_away": QUEUE_FULL, "late": LATE}
 

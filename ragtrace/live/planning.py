@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import is_local_root
 from ragtrace.capture import CapturedSample
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextRecall, JudgeUsage, RagSample, Scorer
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 Planned = tuple[RagSample, tuple[Scorer, ...]]
 

@@ -10,7 +10,6 @@ runs none of this.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
@@ -21,12 +20,13 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import batch_queue_room
 from ragtrace.judges.base import Judge
 from ragtrace.live.core import LiveScoring, ScoringFace
 from ragtrace.live.options import ScoringOptions
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 # At shutdown, released spans still waiting for room in the exporting processor's queue get this long.
 SHUTDOWN_FLUSH_MS = 30_000

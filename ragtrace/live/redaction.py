@@ -11,7 +11,6 @@ rules brings its own hook.
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import re
 import threading
@@ -19,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.scoring.sample import RagSample
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
     "Redactor",
 ]
 
-_logger = logging.getLogger(__name__)
+_logger = ragtrace_logger(__name__)
 
 EMAIL = "[EMAIL]"
 PHONE = "[PHONE]"
@@ -328,13 +328,9 @@ class Redactor:
         return text
 
     def _failed(self, why: str, exc: BaseException | None) -> str:
-        """Count and log without the text: an exception message may quote it."""
+        """Count and log without the text: an exception message may quote it (repeats: `ragtrace._logs`)."""
         with self._lock:
             self._failures += 1
-            first = self._failures == 1
         detail = type(exc).__name__ if exc is not None else "-"
-        if first:
-            _logger.error("redaction failed (%s: %s); text withheld as %s", why, detail, FAILED)
-        else:
-            _logger.debug("redaction failed again (%s: %s)", why, detail)
+        _logger.error("redaction failed (%s: %s); text withheld as %s", why, detail, FAILED)
         return FAILED

@@ -12,7 +12,6 @@ Two separate questions, answered in two places:
 from __future__ import annotations
 
 import fnmatch
-import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,12 +23,13 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
 from ragtrace._checks import fraction
+from ragtrace._logs import ragtrace_logger
 from ragtrace.judges.limits import DailyBudget, RateLimiter
 from ragtrace.scoring.result import JudgeUsage
 
 __all__ = ["Allowance", "Sampler", "SamplingRule", "trace_sampled"]
 
-_logger = logging.getLogger(__name__)
+_logger = ragtrace_logger(__name__)
 
 Allowance = Literal["ok", "throttled", "over_budget"]
 AttributeValue = str | int | float | bool

@@ -1,12 +1,15 @@
-"""`RagtraceSettings`: the live-scoring settings, from `RAGTRACE_*` env vars, with one way to override them.
+"""`RagtraceSettings`: the settings table. Each field is one row: its name is the `install()` keyword, the
+`ScoringOptions` field and (spelled by `as_variable` / `as_flag`) the `RAGTRACE_*` variable and the CLI flag;
+its default and description are the only ones written (`ScoringOptions` reads `DEFAULTS`, the CLI's flags and
+docs/configuration.md are made from the rows, see `settings_rows.py`).
 
-`scoring_options` turns settings (plus the judge and the keyword options of `install()`) into the
-arguments of `RagScoringSpanProcessor` / `RagScoringSpanExporter`: the one place overrides are merged.
+`scoring_options` turns settings (plus the judge and the keyword options of `install()` or `Gateway`) into
+the arguments of `RagScoringSpanProcessor` / `RagScoringSpanExporter`: the one place overrides are merged,
+and `default_worker` the one rule for the worker nobody chose.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -14,25 +17,41 @@ from typing import Any, Literal
 from opentelemetry.metrics import MeterProvider
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.capture import CaptureRules
 from ragtrace.capture.rules import QuerySource
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import is_local_judge, judge_spec_problem, resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
 from ragtrace.live.metrics import RagtraceMetrics
-from ragtrace.live.options import Mode, Target, WorkerKind
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import SCORERS
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 ENV_PREFIX = "RAGTRACE_"
 # The local judge is CPU work (~0.35 s a sample) on the app's own cores: one sample at a time unless
 # asked otherwise (the gateway, a process of its own, keeps the default).
 LOCAL_JUDGE_CONCURRENCY = 1
 
+Mode = Literal["enrich", "link"]
+Target = Literal["retrieval", "generation", "root"]
+WorkerKind = Literal["thread", "process"]
 Placement = Literal["auto", "exporter", "processor"]
+# Who builds the scoring: `install()` (and `scoring_batch_processor`), the `Gateway`, or the app's own code
+# building a face (`RagScoringSpanProcessor(...)`, `ScoringOptions`) by hand.
+BuiltBy = Literal["install", "gateway", "hand"]
+
+# The judge_* rows and the LLMJudge keyword each one sets (unset: LLMJudge's own default).
+LLM_JUDGE_KEYWORDS = {
+    "judge_timeout": "timeout",
+    "judge_max_retries": "max_retries",
+    "judge_concurrency": "concurrency",
+    "judge_max_tokens": "max_tokens",
+    "judge_contexts_per_call": "contexts_per_call",
+    "judge_context_window": "context_window",
+}
 
 
 class SettingsError(ValueError):
@@ -70,42 +89,66 @@ class RagtraceSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    enabled: bool = True
-    judge_api_base: str | None = None  # before `judge`, whose check reads it
+    enabled: bool = Field(True, description="false: install() does nothing; the gateway forwards every span unscored")
+    judge_api_base: str | None = Field(  # before `judge`, whose check reads it
+        None, description="base URL of the litellm judge's server (self-hosted, OpenAI-compatible)"
+    )
     judge: str = Field("local", min_length=1, description="'local' or a litellm model, e.g. openai/gpt-4o-mini")
     # LLM judge calls (a litellm judge only); unset keeps LLMJudge's defaults.
-    judge_timeout: float | None = Field(None, gt=0, description="seconds per judge call; cancelled past it")
-    judge_max_retries: int | None = Field(None, ge=0, description="retries of a 429/5xx/connection failure")
-    judge_concurrency: int | None = Field(None, ge=1, description="judge calls in flight at once")
-    judge_max_tokens: int | None = Field(None, ge=1, description="cap on each answer (default: derived)")
-    judge_contexts_per_call: int | None = Field(None, ge=1, description="contexts asked about per call")
-    judge_context_window: int | None = Field(None, ge=1, description="the judge model's context length")
-    sample_rate: float = Field(0.1, ge=0.0, le=1.0)
-    mode: Mode = "enrich"
+    judge_timeout: float | None = Field(None, gt=0, description="seconds per LLM judge call; cancelled past it")
+    judge_max_retries: int | None = Field(
+        None, ge=0, description="retries of a failed LLM judge call: 429, 5xx, connection"
+    )
+    judge_concurrency: int | None = Field(None, ge=1, description="LLM judge calls in flight at once")
+    judge_max_tokens: int | None = Field(
+        None, ge=1, description="cap on each LLM judge answer (unset: derived from what it asks)"
+    )
+    judge_contexts_per_call: int | None = Field(
+        None, ge=1, description="contexts the LLM judge is asked about per call (unset: all that fit)"
+    )
+    judge_context_window: int | None = Field(
+        None, ge=1, description="the judge model's context length, to split prompts that do not fit "
+        "(unset: litellm's, when it knows the model)",
+    )
+    sample_rate: float = Field(0.1, ge=0.0, le=1.0, description="share of traces scored, 0..1")
+    mode: Mode = Field(
+        "enrich", description="'enrich': scores on the evaluated span before it is exported; 'link': spans "
+        "export at once, scores on separate `evaluation <scorer>` spans",
+    )
     worker: WorkerKind | None = Field(
         None,
-        description="score in a thread of the app's process, or in a scoring process of its own; default: "
-        "the process in enrich mode (scoring then leaves the app's GIL), the thread in link mode",
+        description="'thread': score in a thread of the app's process; 'process': in a scoring process of its "
+        "own (enrich mode only); unset: see `default_worker`",
     )
     placement: Placement = Field(
         "auto",
         description="install(): 'exporter' behind the provider's BatchSpanProcessor (the app's threads run no "
         "ragtrace code), 'processor' in front of its processors; 'auto': behind when it has exactly one",
     )
-    target: Target = "retrieval"
-    scorers: tuple[str, ...] = ("context_precision", "context_relevance", "context_recall")
-    max_queue: int = Field(1000, ge=1)
-    max_held_spans: int = Field(50_000, ge=1)
-    max_open_traces: int = Field(10_000, ge=1)
-    concurrency: int = Field(8, ge=1)
-    score_deadline: float = Field(30.0, gt=0)
-    max_trace_wait: float = Field(30.0, gt=0)
-    evaluations_per_minute: float | None = Field(None, gt=0)
-    daily_token_budget: int | None = Field(None, ge=0)
-    daily_usd_budget: float | None = Field(None, ge=0)
-    redact: bool = True
-    reason_max_chars: int = Field(500, ge=1)
-    drift: bool = True
+    target: Target = Field(
+        "retrieval", description="the span that receives the scores: the retrieval, its generation, or the root"
+    )
+    scorers: tuple[str, ...] = Field(
+        ("context_precision", "context_relevance", "context_recall"), description="comma-separated scorer names"
+    )
+    max_queue: int = Field(1000, ge=1, description="samples waiting for the judge; more are counted queue_full")
+    max_held_spans: int = Field(50_000, ge=1, description="spans held for enrich mode; more export unscored")
+    max_open_traces: int = Field(10_000, ge=1, description="traces collected at once; more export unscored")
+    concurrency: int = Field(
+        8, ge=1, description="samples judged at once (the local judge in install(): 1 unless set)"
+    )
+    score_deadline: float = Field(
+        30.0, gt=0, description="seconds a sampled trace's spans may wait for scores; then forwarded, `timeout`"
+    )
+    max_trace_wait: float = Field(
+        30.0, gt=0, description="seconds before a trace whose root never ends is closed"
+    )
+    evaluations_per_minute: float | None = Field(None, gt=0, description="cap on samples judged a minute")
+    daily_token_budget: int | None = Field(None, ge=0, description="judge tokens a day; past it, not sampled")
+    daily_usd_budget: float | None = Field(None, ge=0, description="judge spend a day in USD; past it, not sampled")
+    redact: bool = Field(True, description="redact samples (keys, emails, ...) before the judge sees them")
+    reason_max_chars: int = Field(500, ge=1, description="longest judge reason written on a span")
+    drift: bool = Field(True, description="watch the scores for drift (`DriftMonitor`)")
     drift_interval: float = Field(30.0, gt=0, description="seconds between drift checks")
     retrieval_tools: tuple[str, ...] = Field(
         (), description="tool names (or fnmatch patterns) whose calls are retrievals; '!name': never one"
@@ -191,20 +234,17 @@ class RagtraceSettings(BaseModel):
     def llm_judge_options(self) -> dict[str, Any]:
         """The `resolve_judge` keywords of the judge_* settings: `api_base`, and the LLMJudge call
         options that are set (as `llm_options`, which reach a litellm judge only)."""
-        options = {
-            "timeout": self.judge_timeout,
-            "max_retries": self.judge_max_retries,
-            "concurrency": self.judge_concurrency,
-            "max_tokens": self.judge_max_tokens,
-            "contexts_per_call": self.judge_contexts_per_call,
-            "context_window": self.judge_context_window,
+        chosen = {
+            keyword: value
+            for name, keyword in LLM_JUDGE_KEYWORDS.items()
+            if (value := getattr(self, name)) is not None
         }
-        chosen = {name: value for name, value in options.items() if value is not None}
         return {"api_base": self.judge_api_base, "llm_options": chosen}
 
     def processor_options(self) -> dict[str, Any]:
         """The `ScoringOptions` keyword arguments these settings stand for (judge and metrics excluded;
-        `worker` only when chosen: the pieces' own default is the thread)."""
+        `worker` only when chosen: `scoring_options` applies `default_worker`, and a `ScoringOptions` built
+        without one keeps the thread)."""
         options: dict[str, Any] = {
             "scorers": [SCORERS[name]() for name in self.scorers],
             "sampler": Sampler(
@@ -237,28 +277,47 @@ class RagtraceSettings(BaseModel):
         return DriftMetrics(meter_provider, monitor=monitor.start())
 
 
+DEFAULTS = RagtraceSettings.model_construct()  # every row's default (not validated: they are the defaults)
+
+
+def default_worker(mode: Mode, built_by: BuiltBy) -> WorkerKind:
+    """The worker nobody chose, the one rule: `install()` in enrich mode scores in a process of its own
+    (scoring then leaves the app's GIL); link mode (which the scoring process does not do), the gateway
+    (already a process of its own) and a face built by hand (`ScoringOptions`) score in a thread."""
+    return "process" if built_by == "install" and mode == "enrich" else "thread"
+
+
 def scoring_options(
     settings: RagtraceSettings | None,
     judge: str | Judge | None,
     meter_provider: MeterProvider | None,
     options: dict[str, Any],
+    built_by: BuiltBy = "install",
 ) -> tuple[RagtraceSettings, dict[str, Any]]:
     """Settings (default: `RAGTRACE_*`) with the RagtraceSettings fields among `options` applied, and the
     scoring keyword arguments they stand for: judge, metrics, then the other `options` (scoring arguments
-    such as `sampler` or `tick_interval`) last. Nothing is built when the settings disable ragtrace."""
+    such as `sampler` or `tick_interval`) last.
+
+    Where install() and the gateway differ, it is said here: disabled settings make install() build
+    nothing while the gateway still forwards, sampling none; install()'s local judge runs one sample at a
+    time on the app's cores unless `concurrency` is set; the gateway builds its own metrics only for a
+    given meter provider (else the processor's defaults); the worker is `default_worker`'s."""
     settings = settings if settings is not None else RagtraceSettings.from_env()
     overrides = {name: options.pop(name) for name in list(options) if name in RagtraceSettings.model_fields}
     concurrency_chosen = "concurrency" in settings.model_fields_set or "concurrency" in overrides
     settings = settings.with_overrides(overrides)  # e.g. sample_rate=1.0, checked like the env var
-    if not settings.enabled:
+    if not settings.enabled and built_by == "install":
         logger.info("ragtrace: disabled by settings (RAGTRACE_ENABLED=false)")
         return settings, {}
     spec = settings.judge if judge is None else judge
     kwargs = settings.processor_options()
-    kwargs["worker"] = settings.worker or ("process" if settings.mode == "enrich" else "thread")
+    kwargs["worker"] = settings.worker or default_worker(settings.mode, built_by)
     kwargs["judge"] = resolve_judge(spec, **settings.llm_judge_options())
-    if is_local_judge(spec) and not concurrency_chosen:
+    if built_by == "install" and is_local_judge(spec) and not concurrency_chosen:
         kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
-    kwargs["metrics"] = settings.build_metrics(meter_provider)
+    if not settings.enabled:  # the gateway: forward everything, score nothing
+        kwargs["sampler"] = Sampler(0.0)
+    if built_by == "install" or meter_provider is not None:
+        kwargs["metrics"] = settings.build_metrics(meter_provider)
     kwargs.update(options)
     return settings, kwargs

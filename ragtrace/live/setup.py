@@ -14,7 +14,6 @@ front of them all: enrich mode must see a span before any exporter does. Process
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +23,7 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import destination, replace_span_processors, span_processors
 from ragtrace.judges.base import Judge
 from ragtrace.live.announce import say, setup_line
@@ -32,7 +32,7 @@ from ragtrace.live.otlp import otlp_span_exporter
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.settings import ENV_PREFIX, RagtraceSettings, scoring_options
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 Installed = BatchedScoring | RagScoringSpanProcessor
 

@@ -10,20 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._untraced import suppress_tracing
 from ragtrace.judges.base import Judge
 from ragtrace.judges.run import judge_and_score
 from ragtrace.live.enrich import Evaluation
 from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult, timed_out
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 # How often a busy worker closes traces and ships or schedules them. Each tick has costs of its own (a
 # pass of the loop, a message each way to a scoring process), so fewer ticks with more traces each cost

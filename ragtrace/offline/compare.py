@@ -200,6 +200,60 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(statistics.fmean(values), 4) if values else None
 
 
+def _changes(
+    old_by_key: Mapping[str, Mapping[str, Any]], new_by_key: Mapping[str, Mapping[str, Any]], shared: Sequence[str],
+    scorer: str,
+) -> list[ItemChange]:
+    """The items scored in both runs, each with its change, in the current run's order."""
+    changes: list[ItemChange] = []
+    for key in shared:
+        old, new = _score(old_by_key[key], scorer), _score(new_by_key[key], scorer)
+        if old is None or new is None:
+            continue
+        record = new_by_key[key]
+        result = record.get("results", {}).get(scorer, {})
+        changes.append(
+            ItemChange(
+                key=key,
+                id=record.get("id"),
+                query=str(record.get("query", "")),
+                old=old,
+                new=new,
+                delta=round(new - old, 4),
+                reason=str(result.get("reason", "")),
+            )
+        )
+    return changes
+
+
+def _compare_scorer(
+    scorer: str, old_scores: Sequence[float], new_scores: Sequence[float], changes: Sequence[ItemChange],
+    alpha: float, worst: int,
+) -> ScorerComparison:
+    """The means, their difference, the paired test over `changes`, and the `worst` items."""
+    test = wilcoxon_signed_rank([c.delta for c in changes])
+    paired_delta = _mean([c.delta for c in changes])
+    old_mean, new_mean = _mean(old_scores), _mean(new_scores)
+    significant = test.method != "none" and test.p_value < alpha
+    dropped = sorted((c for c in changes if c.delta < 0), key=lambda c: c.delta)  # stable: data order
+    return ScorerComparison(
+        scorer=scorer,
+        baseline_mean=old_mean,
+        current_mean=new_mean,
+        delta=round(new_mean - old_mean, 4) if old_mean is not None and new_mean is not None else None,
+        paired=len(changes),
+        paired_delta=paired_delta,
+        improved=sum(1 for c in changes if c.delta > 0),
+        worsened=sum(1 for c in changes if c.delta < 0),
+        test=test,
+        effect_size=rank_biserial(test),
+        underpowered=smallest_p_value(test.n) >= alpha,
+        significant=significant,
+        regressed=significant and paired_delta is not None and paired_delta < 0,
+        worst=dropped[:worst],
+    )
+
+
 def compare(
     baseline: Sequence[Mapping[str, Any]],
     current: Sequence[Mapping[str, Any]],
@@ -213,49 +267,17 @@ def compare(
     old_by_key = {record_key(r): r for r in baseline}
     new_by_key = {record_key(r): r for r in current}
     shared = [k for k in new_by_key if k in old_by_key]
-    results: dict[str, ScorerComparison] = {}
-    for scorer in scorers:
-        old_scores = [s for r in baseline if (s := _score(r, scorer)) is not None]
-        new_scores = [s for r in current if (s := _score(r, scorer)) is not None]
-        changes: list[ItemChange] = []
-        for key in shared:
-            old, new = _score(old_by_key[key], scorer), _score(new_by_key[key], scorer)
-            if old is None or new is None:
-                continue
-            record = new_by_key[key]
-            result = record.get("results", {}).get(scorer, {})
-            changes.append(
-                ItemChange(
-                    key=key,
-                    id=record.get("id"),
-                    query=str(record.get("query", "")),
-                    old=old,
-                    new=new,
-                    delta=round(new - old, 4),
-                    reason=str(result.get("reason", "")),
-                )
-            )
-        test = wilcoxon_signed_rank([c.delta for c in changes])
-        paired_delta = _mean([c.delta for c in changes])
-        old_mean, new_mean = _mean(old_scores), _mean(new_scores)
-        significant = test.method != "none" and test.p_value < alpha
-        dropped = sorted((c for c in changes if c.delta < 0), key=lambda c: c.delta)  # stable: data order
-        results[scorer] = ScorerComparison(
-            scorer=scorer,
-            baseline_mean=old_mean,
-            current_mean=new_mean,
-            delta=round(new_mean - old_mean, 4) if old_mean is not None and new_mean is not None else None,
-            paired=len(changes),
-            paired_delta=paired_delta,
-            improved=sum(1 for c in changes if c.delta > 0),
-            worsened=sum(1 for c in changes if c.delta < 0),
-            test=test,
-            effect_size=rank_biserial(test),
-            underpowered=smallest_p_value(test.n) >= alpha,
-            significant=significant,
-            regressed=significant and paired_delta is not None and paired_delta < 0,
-            worst=dropped[:worst],
+    results = {
+        scorer: _compare_scorer(
+            scorer,
+            [s for r in baseline if (s := _score(r, scorer)) is not None],
+            [s for r in current if (s := _score(r, scorer)) is not None],
+            _changes(old_by_key, new_by_key, shared, scorer),
+            alpha,
+            worst,
         )
+        for scorer in scorers
+    }
     return Comparison(
         baseline=baseline_name,
         alpha=alpha,

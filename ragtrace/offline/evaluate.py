@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-import logging
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -12,12 +11,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.judges import Judge, judge_and_score
 from ragtrace.judges.resolve import resolve_judge
 from ragtrace.offline.dataset import KNOWN_NAMES, NEAR_NAMES, FieldMap
 from ragtrace.scoring import SCORERS, JudgeUsage, RagSample, Scorer, ScoreResult, default_scorers
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 class ItemResult(BaseModel):

@@ -39,8 +39,8 @@ def ragtrace_judge(pytestconfig: pytest.Config) -> Judge:
 
 @pytest.fixture
 def assert_retrieval(ragtrace_judge: Judge) -> Callable[..., EvaluationReport]:
-    """`ragtrace.testing.assert_retrieval` bound to the session's judge."""
-    from ragtrace.testing import assert_retrieval as check
+    """`ragtrace.testing.assert_retrieval` (`offline.assertions`) bound to the session's judge."""
+    from ragtrace.offline.assertions import assert_retrieval as check
 
     def bound(samples: Iterable[RagSample | Mapping[str, Any]], **thresholds: Any) -> EvaluationReport:
         thresholds.setdefault("judge", ragtrace_judge)

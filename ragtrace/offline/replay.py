@@ -13,15 +13,13 @@ Accepted inputs:
 - protobuf: one message, or several each prefixed by a varint length or by a 4-byte big-endian length
   (the collector's `proto` format).
 
-`ragtrace.live.OtlpJsonFileSpanExporter` writes the first kind from an app, without a collector.
+`ragtrace.live.OtlpJsonFileSpanExporter` writes the first kind from an app, without a collector. Decoding a
+request (and a JSON document into one) is `ragtrace.otlp`'s, shared with the gateway; reading files is here.
 """
 
 from __future__ import annotations
 
-import base64
-import calendar
 import json
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,23 +27,13 @@ from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace.capture import DEFAULT_RULES, CaptureRules, CaptureStats, extract_samples
 from ragtrace.offline.dataset import MAX_LINE_BYTES, DatasetError, read_json_documents
+from ragtrace.otlp import NotOtlpTraces, any_value, attributes, console_span, parse_json_line, spans_of
 from ragtrace.scoring import RagSample
-
-_KINDS = {
-    1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT, 4: SpanKind.PRODUCER, 5: SpanKind.CONSUMER,
-}
-_STATUS = {0: StatusCode.UNSET, 1: StatusCode.OK, 2: StatusCode.ERROR}
-_REMOTE_KNOWN, _REMOTE = 0x100, 0x200
 
 
 class ReplayError(ValueError):
@@ -85,282 +73,7 @@ class Replay:
     skipped: dict[str, int] = field(default_factory=dict)
 
 
-# ---------------------------------------------------------------- OTLP -> ReadableSpan
-
-
-def any_value(value: AnyValue) -> Any:
-    """An OTLP AnyValue as the Python value the SDK would have held."""
-    kind = value.WhichOneof("value")
-    if kind is None:
-        return None
-    if kind == "array_value":
-        return tuple(any_value(v) for v in value.array_value.values)
-    if kind == "kvlist_value":
-        return attributes(value.kvlist_value.values)
-    return getattr(value, kind)
-
-
-def attributes(values: Sequence[KeyValue]) -> dict[str, Any]:
-    return {kv.key: any_value(kv.value) for kv in values}
-
-
-_TRACE_ID_BYTES, _SPAN_ID_BYTES = 16, 8
-
-
-def _int_id(raw: bytes, size: int) -> int | None:
-    """The id as an int; None when it is empty, all zero or not `size` bytes long (no SDK can export it:
-    the encoder writes ids as fixed-width integers, and a longer one fails the whole export batch)."""
-    return int.from_bytes(raw, "big") if len(raw) == size and any(raw) else None
-
-
-def _status(code: int, message: str) -> Status:
-    """The SDK only keeps a description on an ERROR status (and warns otherwise)."""
-    status_code = _STATUS.get(code, StatusCode.UNSET)
-    return Status(status_code, message or None) if status_code is StatusCode.ERROR else Status(status_code)
-
-
-def spans_of(request: ExportTraceServiceRequest) -> Iterator[ReadableSpan]:
-    """Every span of a request as an SDK ReadableSpan (attributes, events, links, parent, times, resource).
-
-    Spans whose trace, span or parent id is not an id (missing, all zero, of another length) are left out,
-    as are links with such ids: the caller counts what is missing (the gateway's partial success).
-    """
-    for resource_spans in request.resource_spans:
-        resource = Resource(attributes(resource_spans.resource.attributes), resource_spans.schema_url)
-        for scope_spans in resource_spans.scope_spans:
-            scope = InstrumentationScope(
-                scope_spans.scope.name, scope_spans.scope.version or None, scope_spans.schema_url or None,
-                attributes(scope_spans.scope.attributes) or None,
-            )
-            for span in scope_spans.spans:
-                trace_id, span_id = _int_id(span.trace_id, _TRACE_ID_BYTES), _int_id(span.span_id, _SPAN_ID_BYTES)
-                parent_id = _int_id(span.parent_span_id, _SPAN_ID_BYTES)
-                broken_parent = parent_id is None and len(span.parent_span_id) not in (0, _SPAN_ID_BYTES)
-                if trace_id is None or span_id is None or broken_parent:
-                    continue  # a parent id of another length is as broken as the span's own: no guessing a root
-                flags = TraceFlags(span.flags & 0xFF)
-                state = TraceState.from_header([span.trace_state]) if span.trace_state else None
-                context = SpanContext(trace_id, span_id, is_remote=False, trace_flags=flags, trace_state=state)
-                remote = bool(span.flags & _REMOTE_KNOWN and span.flags & _REMOTE)
-                parent = SpanContext(trace_id, parent_id, is_remote=remote) if parent_id is not None else None
-                links = [
-                    Link(SpanContext(t, s, is_remote=True), attributes(link.attributes))
-                    for link in span.links
-                    if (t := _int_id(link.trace_id, _TRACE_ID_BYTES)) is not None
-                    and (s := _int_id(link.span_id, _SPAN_ID_BYTES)) is not None
-                ]
-                yield ReadableSpan(
-                    name=span.name,
-                    context=context,
-                    parent=parent,
-                    resource=resource,
-                    attributes=attributes(span.attributes),
-                    events=[
-                        Event(e.name, attributes(e.attributes), e.time_unix_nano or None) for e in span.events
-                    ],
-                    links=links,
-                    kind=_KINDS.get(span.kind, SpanKind.INTERNAL),
-                    status=_status(span.status.code, span.status.message),
-                    start_time=span.start_time_unix_nano or None,
-                    end_time=span.end_time_unix_nano or None,
-                    instrumentation_scope=scope,
-                )
-
-
 # ---------------------------------------------------------------- reading files
-
-
-_ID_BYTES = {
-    "traceId": 16, "trace_id": 16, "spanId": 8, "span_id": 8, "parentSpanId": 8, "parent_span_id": 8,
-}
-
-
-def _id_as_base64(value: Any, size: int) -> str | None:
-    """A JSON id as protobuf's JSON mapping wants it (base64), or None when it is not an id of `size` bytes.
-
-    OTLP/JSON writes ids as hex, protobuf's own mapping as base64; anything else (another length, not hex,
-    not a string) is not an id.
-    """
-    if not isinstance(value, str):
-        return None
-    if value == "":
-        return value
-    if len(value) == 2 * size:
-        try:
-            return base64.b64encode(bytes.fromhex(value)).decode()
-        except ValueError:
-            pass
-    try:
-        decoded = base64.b64decode(value, validate=True)
-    except ValueError:
-        return None
-    return value if len(decoded) == size else None
-
-
-def _as_list(value: Any) -> list[Any]:
-    """The dicts of a JSON array; a value of another type is left for the protobuf parser to reject."""
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
-def _normalise_ids(document: Any) -> Any:
-    """Ids as protobuf's JSON mapping wants them (base64). A span with an id that is no id of the right
-    length gets an empty trace id, so that it is rejected as a span without ids while the rest of the
-    request stands; a link with one is dropped, as spans_of drops links without ids."""
-    if not isinstance(document, dict):
-        return document
-    for resource_spans in _as_list(document.get("resourceSpans", document.get("resource_spans"))):
-        for scope_spans in _as_list(resource_spans.get("scopeSpans", resource_spans.get("scope_spans"))):
-            for span in _as_list(scope_spans.get("spans")):
-                if isinstance(span.get("links"), list):
-                    span["links"] = [link for link in _as_list(span["links"]) if _normalise_item(link)]
-                if not _normalise_item(span):
-                    span["traceId" if "traceId" in span else "trace_id"] = ""
-    return document
-
-
-#: Top-level keys of the other OTLP signals' export requests, as a file exporter writes them.
-_OTHER_SIGNALS = {"resourceMetrics": "metrics", "resource_metrics": "metrics", "resourceLogs": "logs",
-                  "resource_logs": "logs", "resourceProfiles": "profiles", "resource_profiles": "profiles"}
-_SAMPLE_KEYS = {"query", "question", "contexts", "context", "response", "answer", "ground_truth"}
-
-
-class _NotOtlpTraces(ValueError):
-    """A JSON line that is valid JSON but not a trace export request."""
-
-
-def _not_otlp_traces(document: Any) -> str | None:
-    """What a JSON line holds when it is not an OTLP trace export, said so that the user knows what to run;
-    None when it is one (an empty object is an empty request)."""
-    if not isinstance(document, dict):
-        return f"a JSON {type(document).__name__}, not an OTLP ExportTraceServiceRequest object"
-    if not document or "resourceSpans" in document or "resource_spans" in document:
-        return None
-    keys = ", ".join(repr(k) for k in list(document)[:8]) + (", ..." if len(document) > 8 else "")
-    signal = next((name for key, name in _OTHER_SIGNALS.items() if key in document), None)
-    if signal is not None:
-        return f"an OTLP {signal} export (keys {keys}), not traces: replay reads the collector's traces file"
-    found = f"a JSON object with keys {keys} and no 'resourceSpans': not an OTLP trace export"
-    if _SAMPLE_KEYS & document.keys():
-        return found + "; it looks like a dataset of samples: score it with `ragtrace eval FILE`"
-    return found
-
-
-# ---------------------------------------------------------------- the SDK's ConsoleSpanExporter
-
-
-def _is_console_span(document: Any) -> bool:
-    """`ReadableSpan.to_json()`: a name, and a context with a trace id (no OTLP request has either at its top)."""
-    context = document.get("context") if isinstance(document, dict) else None
-    return isinstance(context, dict) and "trace_id" in context and "name" in document
-
-
-def _console_id(value: Any, size: int, what: str) -> int:
-    """`0x`-prefixed hex, as `to_json` writes ids."""
-    if isinstance(value, str) and value.startswith("0x") and len(value) == 2 + 2 * size:
-        try:
-            return int(value, 16)
-        except ValueError:
-            pass
-    raise ValueError(f"{what} {value!r} is not a {size}-byte 0x-hex id")
-
-
-def _console_time(value: Any) -> int | None:
-    """`2024-05-01T12:00:00.123456Z` (the SDK's format: UTC, microseconds) as nanoseconds since the epoch."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"time {value!r} is not a string")
-    parsed = time.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")
-    fraction = value[19:].rstrip("Z").lstrip(".")
-    if fraction and not fraction.isdigit():
-        raise ValueError(f"time {value!r} is not YYYY-MM-DDTHH:MM:SS.ffffffZ")
-    return calendar.timegm(parsed) * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
-
-
-def _console_attributes(value: Any) -> dict[str, Any]:
-    """JSON arrays back to the tuples the SDK held."""
-    if not isinstance(value, dict):
-        return {}
-    return {str(k): tuple(v) if isinstance(v, list) else v for k, v in value.items()}
-
-
-def _console_context(value: Any, what: str) -> SpanContext:
-    if not isinstance(value, dict):
-        raise ValueError(f"{what} context is not an object")
-    return SpanContext(
-        _console_id(value.get("trace_id"), _TRACE_ID_BYTES, f"{what} trace_id"),
-        _console_id(value.get("span_id"), _SPAN_ID_BYTES, f"{what} span_id"), is_remote=False,
-    )
-
-
-def _object(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def console_span(document: dict[str, Any]) -> ReadableSpan:
-    """One span as the SDK's ConsoleSpanExporter printed it, back as a ReadableSpan; ValueError naming the
-    field that cannot be read."""
-    context = _console_context(document.get("context"), "span")
-    parent_id = document.get("parent_id")
-    parent = (
-        SpanContext(context.trace_id, _console_id(parent_id, _SPAN_ID_BYTES, "parent_id"), is_remote=False)
-        if parent_id is not None else None
-    )
-    kind_name = str(document.get("kind", "SpanKind.INTERNAL")).rpartition(".")[2]
-    status = _object(document.get("status"))
-    code = StatusCode.__members__.get(str(status.get("status_code", "UNSET")), StatusCode.UNSET)
-    resource = _object(document.get("resource"))
-    return ReadableSpan(
-        name=str(document.get("name")),
-        context=context,
-        parent=parent,
-        resource=Resource(_console_attributes(resource.get("attributes")), resource.get("schema_url") or None),
-        attributes=_console_attributes(document.get("attributes")),
-        events=[
-            Event(str(e.get("name")), _console_attributes(e.get("attributes")), _console_time(e.get("timestamp")))
-            for e in _as_list(document.get("events"))
-        ],
-        links=[
-            Link(_console_context(link.get("context"), "link"), _console_attributes(link.get("attributes")))
-            for link in _as_list(document.get("links"))
-        ],
-        kind=SpanKind.__members__.get(kind_name, SpanKind.INTERNAL),
-        status=_status(code.value, str(status.get("description") or "")),
-        start_time=_console_time(document.get("start_time")),
-        end_time=_console_time(document.get("end_time")),
-    )
-
-
-def _normalise_item(item: dict[str, Any]) -> bool:
-    """Rewrite the ids of a span or link in place; False when one of them is not a valid id."""
-    valid = True
-    for key, size in _ID_BYTES.items():
-        if key in item:
-            converted = _id_as_base64(item[key], size)
-            if converted is None:
-                valid = False
-                item.pop(key)
-            else:
-                item[key] = converted
-    return valid
-
-
-def parse_json_line(text: str) -> ExportTraceServiceRequest:
-    """One OTLP/JSON request; ValueError (json's or ours) or protobuf's ParseError when it is not one, and
-    `_NotOtlpTraces` (a ValueError) naming what the line holds when it is JSON of another kind."""
-    request = ExportTraceServiceRequest()
-    try:
-        document = json.loads(text)
-        if _is_console_span(document):
-            encoded: ExportTraceServiceRequest = encode_spans([console_span(document)])
-            return encoded
-        problem = _not_otlp_traces(document)
-        if problem is not None:
-            raise _NotOtlpTraces(problem)
-        json_format.ParseDict(_normalise_ids(document), request, ignore_unknown_fields=True)
-    except RecursionError:
-        raise ValueError("the JSON document is nested too deeply") from None
-    return request
 
 
 def read_json(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[ExportTraceServiceRequest]:
@@ -371,7 +84,7 @@ def read_json(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Expo
             except json.JSONDecodeError as exc:
                 line = number + exc.lineno - 1
                 raise ReplayError(f"{path}:{line}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            except _NotOtlpTraces as exc:
+            except NotOtlpTraces as exc:
                 raise ReplayError(f"{path}:{number}: {exc}") from None
             except (json_format.ParseError, ValueError, TypeError) as exc:
                 raise ReplayError(f"{path}:{number}: not an OTLP ExportTraceServiceRequest ({exc})") from None
@@ -520,6 +233,7 @@ __all__ = [
     "any_value",
     "attributes",
     "console_span",
+    "parse_json_line",
     "read_json",
     "read_proto",
     "read_spans",

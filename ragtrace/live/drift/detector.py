@@ -30,7 +30,6 @@ documents (`observe_retrieval`), the source of the empty-retrieval rate.
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 from collections import deque
@@ -38,10 +37,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ragtrace import _checks as checks
+from ragtrace._logs import ragtrace_logger
 
 __all__ = ["DriftConfig", "DriftDetector", "DriftState", "Key"]
 
-logger = logging.getLogger("ragtrace.drift")
+logger = ragtrace_logger("ragtrace.drift")
 
 Key = tuple[str, str]
 

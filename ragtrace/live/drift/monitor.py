@@ -21,6 +21,7 @@ from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.trace import Link, TracerProvider
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace._version import __version__
 from ragtrace.live.drift.detector import DriftConfig, DriftDetector, DriftState, Key
 from ragtrace.live.failures import FailureLog
@@ -29,7 +30,7 @@ from ragtrace.scoring.result import ScoreResult
 
 __all__ = ["DRIFT_INSTRUMENTS", "DRIFT_LINKS", "DriftMetrics", "DriftMonitor"]
 
-logger = logging.getLogger("ragtrace.drift")
+logger = ragtrace_logger("ragtrace.drift")
 
 #: The instruments `DriftMonitor` registers (observable gauges on the `ragtrace` meter).
 DRIFT_INSTRUMENTS: tuple[str, ...] = (

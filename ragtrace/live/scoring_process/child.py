@@ -20,6 +20,7 @@ from typing import IO
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.live.enrich import writes_for
 from ragtrace.live.judging import TraceJudging
 from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
@@ -38,7 +39,7 @@ from ragtrace.live.scoring_process.protocol import (
 from ragtrace.live.worker import ScoringWorker
 from ragtrace.scoring import JudgeUsage, ScoreResult
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 
 class RecordedMetrics(RagtraceMetrics):
@@ -86,8 +87,8 @@ class ChildJudging:
             settings.judge, concurrency=settings.concurrency, max_queue=settings.max_queue, on_tick=lambda: False
         )
         self.traces = TraceJudging(
-            self.worker, Planner(settings.scorers, settings.sampler, settings.redactor, settings.target),
-            extractor=settings.extractor, rules=settings.rules, score_deadline=settings.score_deadline,
+            self.worker, Planner(settings.scorers or (), settings.sampler, settings.redactor, settings.target),
+            extractor=settings.extractor, rules=settings.capture_rules, score_deadline=settings.score_deadline,
             metrics=self.metrics, model=str(getattr(settings.judge, "model", "")),
             prompt_version=str(getattr(settings.judge, "prompt_version", "")),
         )

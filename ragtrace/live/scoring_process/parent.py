@@ -14,7 +14,6 @@ method re-imports the app's main module, and fork copies a threaded process.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import pickle
 import select
@@ -26,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._logs import ragtrace_logger
 from ragtrace.live.modes import INTERNAL_ERROR, JUDGE_TIMED_OUT, QUEUE_FULL, Outcome, Verdict
 from ragtrace.live.options import ScoringOptions
 from ragtrace.live.scoring_process.protocol import (
@@ -40,7 +40,7 @@ from ragtrace.live.scoring_process.protocol import (
 from ragtrace.live.store import PendingTrace
 from ragtrace.live.worker import ScoringWorker
 
-logger = logging.getLogger(__name__)
+logger = ragtrace_logger(__name__)
 
 # The app's process gives the scoring process this long beyond `score_deadline` (after which the child
 # answers with a timeout itself) before it releases a trace unscored.
@@ -315,13 +315,7 @@ class ProcessJudging:
         self._lock = threading.Lock()  # `_out` and `_arrived`: `collect` and `time_out` may run on another thread
         self._restart_at, self._backoff = 0.0, 1.0
         self._lost_as: Outcome = LOST  # what the traces of a child that is gone say
-        settings = ChildSettings(
-            judge=options.judge, scorers=tuple(options.scorers or ()), sampler=options.sampler,
-            target=options.target, score_deadline=options.score_deadline, max_queue=options.max_queue,
-            concurrency=options.concurrency, redactor=options.redactor, extractor=options.extractor,
-            reason_max_chars=options.reason_max_chars, record_metrics=options.metrics is not None,
-            rules=options.capture_rules,
-        )
+        settings = ChildSettings.of(options)
         try:
             self.process = ScoringProcess(settings)
         except Exception as exc:

@@ -14,8 +14,8 @@ import pickle
 import struct
 import types
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import IO, Any
 
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
@@ -23,12 +23,8 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
 from ragtrace._sdk import IS_REMOTE, SPAN_ID, TRACE_FLAGS, TRACE_ID, span_fields
-from ragtrace.capture import DEFAULT_RULES, CaptureRules, Extractor
 from ragtrace.capture.values import attrs_of
-from ragtrace.judges.base import Judge
-from ragtrace.live.redaction import Redactor
-from ragtrace.live.sampling import Sampler
-from ragtrace.scoring import Scorer
+from ragtrace.live.options import ScoringOptions
 
 HEADER = struct.Struct("!Q")
 
@@ -42,21 +38,17 @@ MetricCall = tuple[str, tuple[Any, ...]]
 
 
 @dataclass(frozen=True)
-class ChildSettings:
-    """Everything the scoring process needs to build its pipeline (it must pickle)."""
+class ChildSettings(ScoringOptions):
+    """The app's `ScoringOptions` as the scoring process gets them (they must pickle): the same fields,
+    names and defaults, less what stays in the app's process (metrics, decision log), plus whether the
+    app has metrics to replay the child's scores and judge calls on."""
 
-    judge: Judge
-    scorers: tuple[Scorer, ...]
-    sampler: Sampler
-    target: Literal["retrieval", "generation", "root"]
-    score_deadline: float
-    max_queue: int
-    concurrency: int
-    redactor: Redactor | None
-    extractor: Extractor | None
-    reason_max_chars: int
-    record_metrics: bool  # the app's process has metrics to replay the scores and judge calls on
-    rules: CaptureRules = DEFAULT_RULES
+    record_metrics: bool = False
+
+    @classmethod
+    def of(cls, options: ScoringOptions) -> ChildSettings:
+        given = {f.name: getattr(options, f.name) for f in fields(ScoringOptions)}
+        return cls(**{**given, "metrics": None, "decision_log": None}, record_metrics=options.metrics is not None)
 
 
 @dataclass
