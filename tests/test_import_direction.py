@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).parents[1] / "ragtrace"
-PRIVATE = {"_checks", "_sdk", "_state", "_text", "_untraced", "_version"}  # helpers any layer may use
+PRIVATE = {"_checks", "_logs", "_sdk", "_state", "_text", "_untraced", "_version"}  # helpers any layer may use
 
 # What each package may import of ragtrace besides itself and PRIVATE. The top-level modules (`testing`,
 # `instrument`, `__init__`), `cli` and `demo` sit above everything and are not listed.
