@@ -47,7 +47,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ragtrace._state import PerProcessState
@@ -200,6 +199,7 @@ class LocalJudge(PerProcessState):
     _per_process: ClassVar[dict[str, Callable[[Any], Any]]] = {
         "_cache": lambda judge: _EmbeddingCache(judge.cache_size)
     }
+    identity_kind: ClassVar[str] = "local"
 
     def __post_init__(self) -> None:
         if self.encoder is None:
@@ -219,18 +219,27 @@ class LocalJudge(PerProcessState):
         or model can never serve what an older judge said (a version string must be remembered; this
         cannot be forgotten).
         """
+        from ragtrace.judges.identity import file_digest
+
         encoder = self._encoder()
         digest = hashlib.sha256()
         for source in (__file__, lexical.__file__):
-            digest.update(Path(source).read_bytes())
+            digest.update(file_digest(source).encode())
         encoder_print = getattr(encoder, "fingerprint", None)
         digest.update((encoder_print() if callable(encoder_print) else type(encoder).__qualname__).encode())
         # Fields and the tuned constants (a subclass may override them) as they are on this instance.
-        names = [f.name for f in fields(self) if f.name not in ("encoder", "cache_size")]
+        # Not the encoder (its fingerprint is above), the cache's size or its private state (whose repr
+        # holds an address, which would make every instance a different judge).
+        names = [f.name for f in fields(self) if f.name not in ("encoder", "cache_size") and not f.name.startswith("_")]
         names += [name for name in dir(type(self)) if name.isupper()]
         settings = {name: repr(getattr(self, name)) for name in names}
         digest.update(json.dumps(settings, sort_keys=True).encode())
         return digest.hexdigest()
+
+    def identity_settings(self) -> dict[str, Any]:
+        """What `ragtrace.judge.id` digests: `fingerprint()` (code, constants, the model files' bytes, each
+        file hashed once per path, size and mtime)."""
+        return {"fingerprint": self.fingerprint()}
 
     def clear_cache(self) -> None:
         """Forget cached embeddings (benchmarks use it to time cold samples)."""

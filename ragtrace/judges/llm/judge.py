@@ -29,14 +29,21 @@ from ragtrace.judges.llm.dialogue import Dialogue, Persistence
 from ragtrace.judges.llm.failures import Scrubber, short
 from ragtrace.judges.llm.part import FUSED_VERSION, PER_ASPECT_VERSION, REASON_CHARS, version_for
 from ragtrace.judges.llm.planning import Planner
-from ragtrace.judges.llm.prompt import Prompting
+from ragtrace.judges.llm.prompt import Prompting, prompt_digest
 from ragtrace.judges.llm.reading import Reading
 from ragtrace.judges.llm.schema import Mode
 from ragtrace.judges.llm.transport import LiteLLMTransport, TokenCounter, Transport, load_litellm
 from ragtrace.scoring import Aspect, ContextVerdict, JudgeUsage, Verdicts, check_verdicts
 from ragtrace.scoring.verdicts import ClaimVerdict
 
-__all__ = ["LLMJudge"]
+__all__ = ["SAMPLING_KEYWORDS", "LLMJudge"]
+
+#: litellm keywords that change what a model answers, part of the judge's id (`identity_settings`);
+#: others (headers, timeouts, keys, endpoints) change how it is reached, not what it says.
+SAMPLING_KEYWORDS = frozenset({
+    "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias",
+    "stop", "reasoning_effort", "thinking", "min_p", "extra_body",
+})
 
 
 class LLMJudge(PerProcessState):
@@ -52,7 +59,10 @@ class LLMJudge(PerProcessState):
     False/None to disable. Extra keyword arguments go to `litellm.acompletion` unchanged.
     `transport` replaces the litellm client (`transport.Transport`); api_base still names the endpoint.
     `path_counts()` says how often each fallback (format step-down, follow-up, retry, ...) was taken.
+    `identity_settings()` lists what its `ragtrace.judge.id` digests (`ragtrace.judges.judge_identity`).
     """
+
+    identity_kind = "llm"
 
     def __init__(
         self,
@@ -100,6 +110,7 @@ class LLMJudge(PerProcessState):
             VerdictCache() if cache is True else (cache if isinstance(cache, VerdictCache) else None)
         )
         self._api_base = api_base
+        self._sampling = {k: v for k, v in litellm_kwargs.items() if k in SAMPLING_KEYWORDS}
         self._paths: Counter[str] = Counter()
         self._lock = threading.Lock()
         if transport is None:
@@ -135,6 +146,22 @@ class LLMJudge(PerProcessState):
         Remembered per endpoint (api_base and model) in this process, so a second judge on the same
         server does not probe again."""
         return self._caller.mode
+
+    def identity_settings(self) -> dict[str, Any]:
+        """The settings that change verdicts (and so `ragtrace.judge.id`): sampling, answer and context
+        caps, how contexts are split, and the digest of the prompt text. Not the endpoint, timeouts,
+        retries or concurrency: they change whether and when an answer comes, not what it says."""
+        return {
+            "temperature": self.temperature,
+            "temperature_step": self.temperature_step,
+            "max_tokens": self.max_tokens,
+            "reason_chars": self.reason_chars,
+            "context_token_budget": self.context_token_budget,
+            "contexts_per_call": self.contexts_per_call,
+            "context_window": self.context_window,
+            "prompt": prompt_digest(self.fused, self.reason_chars),
+            "sampling": dict(sorted(self._sampling.items())),
+        }
 
     def path_counts(self) -> dict[str, int]:
         """How often each path was taken since this judge was made: `calls`, `format_stepdowns`,
