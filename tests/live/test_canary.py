@@ -146,10 +146,10 @@ def test_a_judge_that_changes_mid_stream_is_named_as_the_cause(
         assert latest is not None and latest is not reference and latest.agreement is not None
         assert latest.agreement <= reference.agreement - 0.1
         # The canary's figures, labelled by the judge's id, arrive over OTLP.
-        expected = judge_id(judge)
+        expected, dropped = judge_id(judge), latest.agreement
         agreement = otlp_receiver.wait_for_metric(
             "ragtrace.judge.canary.agreement",
-            predicate=lambda m: any(abs(float(p.value or 0) - latest.agreement) < 1e-9 for p in m.data_points),
+            predicate=lambda m: any(abs(float(p.value or 0) - dropped) < 1e-9 for p in m.data_points),
         )
         assert {p.attributes["ragtrace.judge.id"] for p in agreement.data_points} == {expected}
         means = otlp_receiver.wait_for_metric("ragtrace.judge.canary.score")
