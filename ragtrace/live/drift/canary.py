@@ -41,7 +41,6 @@ logger = logging.getLogger("ragtrace.drift")
 #: The shipped labelled set the default canary is drawn from.
 DEFAULT_CANARY = Path(__file__).resolve().parents[3] / "data" / "hotpotqa" / "hotpotqa_dev_500.jsonl"
 _LABELS = ("pass", "fail")
-_MAX_JUDGES = 8  # judges whose latest canary run is exported: one series each
 
 
 @dataclass(frozen=True)
@@ -156,12 +155,12 @@ class Canary:
         self.concurrency = concurrency
         self.reference: CanaryRun | None = None
         self.latest: CanaryRun | None = None
-        self._by_judge: dict[str, CanaryRun] = {}  # the latest run of each judge, for the gauges
         self._lock = threading.Lock()
 
     def register(self, meter: Meter) -> None:
-        """The canary's gauges on `meter`, one series per judge id (and scorer): `ragtrace.judge.canary.agreement`
-        and `ragtrace.judge.canary.score` (the scorer's mean over the canary)."""
+        """The canary's gauges on `meter`: `ragtrace.judge.canary.agreement` and `ragtrace.judge.canary.score`
+        (each scorer's mean over the canary) of the latest run, labelled by its judge's id. A new judge's
+        run replaces the old judge's series, which then goes stale: the alert compares with the last day."""
         meter.create_observable_gauge(
             "ragtrace.judge.canary.agreement", callbacks=[self._observe_agreement], unit="",
             description="Share of the canary's human labels the judge agreed with, at its latest run, per judge.",
@@ -172,15 +171,18 @@ class Canary:
         )
 
     def _observe_agreement(self, _options: CallbackOptions) -> list[Observation]:
-        return [
-            Observation(run.agreement, {JUDGE_ID: judge})
-            for judge, run in list(self._by_judge.items()) if run.agreement is not None
-        ]
+        run = self.latest
+        if run is None or run.agreement is None:
+            return []
+        return [Observation(run.agreement, {JUDGE_ID: run.judge_id})]
 
     def _observe_means(self, _options: CallbackOptions) -> list[Observation]:
+        run = self.latest
+        if run is None:
+            return []
         return [
-            Observation(mean, {JUDGE_ID: judge, "gen_ai.evaluation.name": scorer})
-            for judge, run in list(self._by_judge.items()) for scorer, mean in run.means.items()
+            Observation(mean, {JUDGE_ID: run.judge_id, "gen_ai.evaluation.name": scorer})
+            for scorer, mean in sorted(run.means.items())
         ]
 
     def run(self) -> CanaryRun | None:
@@ -197,9 +199,6 @@ class Canary:
             if self.reference is None:
                 self.reference = run
             self.latest = run
-            self._by_judge[run.judge_id] = run
-            while len(self._by_judge) > _MAX_JUDGES:  # the oldest judge's series goes first
-                self._by_judge.pop(next(iter(self._by_judge)))
         logger.info("ragtrace canary: %s", run.describe())
         return run
 
