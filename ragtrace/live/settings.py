@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from opentelemetry.metrics import MeterProvider
@@ -19,11 +20,12 @@ from ragtrace.capture.rules import QuerySource
 from ragtrace.judges.base import Judge
 from ragtrace.judges.resolve import is_local_judge, judge_spec_problem, resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
+from ragtrace.live.drift.canary import Canary, load_canary
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.options import Mode, Target, WorkerKind
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
-from ragtrace.scoring import SCORERS
+from ragtrace.scoring import SCORERS, Scorer
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +109,12 @@ class RagtraceSettings(BaseModel):
     reason_max_chars: int = Field(500, ge=1)
     drift: bool = True
     drift_interval: float = Field(30.0, gt=0, description="seconds between drift checks")
+    canary: str = Field(
+        "off", description="the judge canary (with drift on): 'off', 'default' (drawn from data/hotpotqa) or the "
+        "path of a JSONL/JSON labels file (context_labels and/or labels per row)"
+    )
+    canary_size: int = Field(20, ge=1, description="labelled items the canary judges per run, at most")
+    canary_interval: float = Field(3600.0, gt=0, description="seconds between scheduled canary runs")
     retrieval_tools: tuple[str, ...] = Field(
         (), description="tool names (or fnmatch patterns) whose calls are retrievals; '!name': never one"
     )
@@ -124,6 +132,16 @@ class RagtraceSettings(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         return value
+
+    @field_validator("canary")
+    @classmethod
+    def _canary_source(cls, value: str) -> str:
+        if value in ("off", "default"):
+            return value
+        path = Path(value).expanduser()
+        if path.suffix.lower() not in (".jsonl", ".json", ".ndjson") or not path.is_file():
+            raise ValueError("'off', 'default', or the path of an existing JSONL/JSON labels file")
+        return str(path)
 
     @field_validator("scorers", "retrieval_tools", mode="before")
     @classmethod
@@ -229,11 +247,24 @@ class RagtraceSettings(BaseModel):
             options["worker"] = self.worker
         return options
 
-    def build_metrics(self, meter_provider: MeterProvider | None = None) -> RagtraceMetrics:
-        """The processor's metrics; with `drift` on, they also feed a scheduled DriftMonitor."""
+    def build_canary(self, judge: Judge, scorers: Sequence[Scorer], sampler: Sampler) -> Canary | None:
+        """The judge canary these settings ask for (None when off), judged by the live judge with the live
+        scorers and charged to the live sampler's budget."""
+        if self.canary == "off" or not self.drift:
+            return None
+        items = load_canary(None if self.canary == "default" else self.canary, size=self.canary_size)
+        return Canary(judge, items, scorers=scorers, sampler=sampler)
+
+    def build_metrics(
+        self, meter_provider: MeterProvider | None = None, canary: Canary | None = None
+    ) -> RagtraceMetrics:
+        """The processor's metrics; with `drift` on, they also feed a scheduled DriftMonitor (with `canary`)."""
         if not self.drift:
             return RagtraceMetrics(meter_provider)
-        monitor = DriftMonitor(interval=self.drift_interval, meter_provider=meter_provider)
+        monitor = DriftMonitor(
+            interval=self.drift_interval, meter_provider=meter_provider, canary=canary,
+            canary_interval=self.canary_interval,
+        )
         return DriftMetrics(meter_provider, monitor=monitor.start())
 
 
@@ -259,6 +290,8 @@ def scoring_options(
     kwargs["judge"] = resolve_judge(spec, **settings.llm_judge_options())
     if is_local_judge(spec) and not concurrency_chosen:
         kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
-    kwargs["metrics"] = settings.build_metrics(meter_provider)
     kwargs.update(options)
+    if "metrics" not in options:
+        canary = settings.build_canary(kwargs["judge"], kwargs["scorers"], kwargs["sampler"])
+        kwargs["metrics"] = settings.build_metrics(meter_provider, canary)
     return settings, kwargs

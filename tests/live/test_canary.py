@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,10 +28,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from ragtrace.demo.app import BM25Retriever, DemoApp, load_corpus, load_questions, stale_snapshot
 from ragtrace.demo.run import DEMO_DRIFT, traffic
 from ragtrace.judges import Judge, LLMJudge, judge_id
-from ragtrace.live.drift import DriftMetrics, DriftMonitor
+from ragtrace.live.drift import DriftConfig, DriftMetrics, DriftMonitor
 from ragtrace.live.drift.canary import Canary, load_canary
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
+from ragtrace.scoring import ContextPrecision
+from tests.live.fakes import LenientJudge, ScriptedJudge
 from tests.servers.judge import JudgeServer, Rewritten
 from tests.servers.otlp import OtlpReceiver
 
@@ -191,3 +194,100 @@ def test_the_demos_stale_index_is_named_as_retrieval(
     finally:
         stream.close()
 
+
+
+# --- the pieces ---------------------------------------------------------------------------------------
+
+
+def test_a_users_labels_file_is_the_canary(tmp_path: Path) -> None:
+    labels = tmp_path / "labels.jsonl"
+    rows = [
+        {"query": "q1", "contexts": ["good a", "bad b"], "response": "r", "context_labels": [1, 0]},
+        {"query": "q2", "contexts": ["bad c"], "response": "r", "labels": {"context_precision": "fail"}},
+    ]
+    labels.write_text("\n".join(json.dumps(r) for r in rows))
+    items = load_canary(labels, size=5)
+    assert [i.context_labels for i in items] == [(True, False), None]
+    assert items[1].labels == {"context_precision": "fail"}
+    run = Canary(ScriptedJudge(), items).run()
+    assert run is not None and run.compared == 3 and run.agreement == 1.0  # the scripted judge agrees
+    assert run.judge_id == judge_id(ScriptedJudge()) and run.judged == 2
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"query": "q", "contexts": ["a", "b"], "context_labels": [1]}, "one 0 or 1 per context"),
+        ({"query": "q", "contexts": ["a"], "labels": {"context_precision": "ok"}}, "'pass' or 'fail'"),
+        ({"query": "q", "contexts": ["a"]}, "needs context_labels and/or labels"),
+    ],
+)
+def test_bad_labels_are_refused_with_the_line(tmp_path: Path, row: dict[str, Any], message: str) -> None:
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match=message) as info:
+        load_canary(labels)
+    assert "labels.jsonl:1" in str(info.value)
+
+
+def test_the_default_canary_is_bounded_and_spread_over_hotpotqa() -> None:
+    items = load_canary(size=20)
+    assert len(items) == 20
+    assert all(i.context_labels is not None and any(i.context_labels) for i in items)
+    assert len({i.sample.query for i in items}) == 20
+
+
+def test_a_spent_budget_stops_the_canary() -> None:
+    sampler = Sampler(rate=1.0, daily_token_budget=150)  # one scripted judging spends 120 tokens
+    canary = Canary(ScriptedJudge(), load_canary(size=4), sampler=sampler, concurrency=1)
+    run = canary.run()
+    assert run is not None and run.judged == 2  # the second was admitted before the budget was spent
+    assert sampler.tokens_spent_today == 240
+    assert canary.run() is None  # nothing admitted: no run, nothing spent
+    assert sampler.tokens_spent_today == 240
+
+
+def test_a_changed_judge_id_is_logged_once_and_named_as_the_cause(caplog: pytest.LogCaptureFixture) -> None:
+    monitor = DriftMonitor(DriftConfig(baseline_size=20, window=10, min_recent=5), interval=3600)
+    caplog.set_level(logging.INFO, logger="ragtrace.drift")
+    before, after = judge_id(ScriptedJudge()), judge_id(LenientJudge())
+    for i in range(20):
+        monitor.feed_value("context_precision", 0.2 + 0.01 * (i % 3), None, "r", None, before)
+    monitor.check()
+    for _ in range(20):
+        monitor.feed_value("context_precision", 0.95, None, "r", None, after)
+    states = monitor.check()
+    assert states[("context_precision", "r")].detected
+    changes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ragtrace judge changed")]
+    assert changes == [f"ragtrace judge changed: {before} -> {after}; scores from here on are not comparable "
+                       "with earlier ones"]
+    (report,) = _drift_reports(caplog)
+    assert report["ragtrace.drift.cause"] == "judge"
+    assert report["ragtrace.drift.cause_reason"] == f"the judge changed: id {before} -> {after}"
+
+
+def test_without_a_canary_the_cause_is_unknown(caplog: pytest.LogCaptureFixture) -> None:
+    monitor = DriftMonitor(DriftConfig(baseline_size=20, window=10, min_recent=5), interval=3600)
+    caplog.set_level(logging.INFO, logger="ragtrace.drift")
+    for value in [0.9, 0.88, 0.92] * 7 + [0.1] * 20:
+        monitor.feed_value("context_precision", value, None, "r", None, "abc")
+    monitor.check()
+    (report,) = _drift_reports(caplog)
+    assert report["ragtrace.drift.cause"] == "unknown"
+
+
+def test_settings_build_the_canary(tmp_path: Path) -> None:
+    from ragtrace.live.settings import RagtraceSettings, SettingsError
+
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps([{"query": "q", "contexts": ["good a"], "context_labels": [1]}]))
+    settings = RagtraceSettings(canary=str(labels), canary_size=3, canary_interval=60)
+    sampler = Sampler(rate=1.0)
+    canary = settings.build_canary(ScriptedJudge(), [ContextPrecision()], sampler)
+    assert canary is not None and len(canary.items) == 1 and canary.sampler is sampler
+    metrics = settings.build_metrics(None, canary)
+    assert isinstance(metrics, DriftMetrics) and metrics.monitor.canary is canary
+    metrics.shutdown()
+    assert RagtraceSettings().build_canary(ScriptedJudge(), [], sampler) is None  # off by default
+    with pytest.raises((SettingsError, ValueError), match="labels file"):
+        RagtraceSettings(canary=str(tmp_path / "absent.jsonl"))
