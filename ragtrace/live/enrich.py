@@ -193,6 +193,8 @@ def common_attributes(evaluation: Evaluation) -> dict[str, AttributeValue]:
         attrs["ragtrace.judge.cost_usd"] = float(usage.cost_usd)
     if judge_id := usage.judge_id or evaluation.judge_id:
         attrs[JUDGE_ID] = judge_id
+    if usage.judge_trace_id:  # judge traces on: the trace of the judge's own calls
+        attrs["ragtrace.judge.trace_id"] = usage.judge_trace_id
     if (error := evaluation.error) is not None:
         attrs["ragtrace.eval.error"] = error
     return attrs

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from ragtrace.capture import CaptureRules
 from ragtrace.capture.rules import QuerySource
 from ragtrace.judges.base import Judge
+from ragtrace.judges.llm.tracing import JudgeTraces
 from ragtrace.judges.resolve import is_local_judge, judge_spec_problem, resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
 from ragtrace.live.drift.canary import Canary, load_canary
@@ -82,6 +83,10 @@ class RagtraceSettings(BaseModel):
     judge_max_tokens: int | None = Field(None, ge=1, description="cap on each answer (default: derived)")
     judge_contexts_per_call: int | None = Field(None, ge=1, description="contexts asked about per call")
     judge_context_window: int | None = Field(None, ge=1, description="the judge model's context length")
+    trace_judge: bool = Field(
+        False, description="trace the LLM judge's own calls (spans on a tracer provider of ragtrace's own, exported "
+        "over OTLP as OTEL_EXPORTER_OTLP_* say; messages only with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)"
+    )
     sample_rate: float = Field(0.1, ge=0.0, le=1.0)
     mode: Mode = "enrich"
     worker: WorkerKind | None = Field(
@@ -217,7 +222,9 @@ class RagtraceSettings(BaseModel):
             "contexts_per_call": self.judge_contexts_per_call,
             "context_window": self.judge_context_window,
         }
-        chosen = {name: value for name, value in options.items() if value is not None}
+        chosen: dict[str, Any] = {name: value for name, value in options.items() if value is not None}
+        if self.trace_judge:
+            chosen["traces"] = JudgeTraces(redact=Redactor().redact_text if self.redact else None)
         return {"api_base": self.judge_api_base, "llm_options": chosen}
 
     def processor_options(self) -> dict[str, Any]:

@@ -30,6 +30,8 @@ class JudgeUsage(BaseModel):
     cache_hits: int = 0
     # `ragtrace.judge.id` of the judge that answered (ragtrace.judges.judge_identity); "" when none did.
     judge_id: str = ""
+    # The trace of the judge's own work (hex), when judge traces are on (`ragtrace.judge.trace_id`).
+    judge_trace_id: str = ""
 
     def __add__(self, other: JudgeUsage) -> JudgeUsage:
         cost = None if self.cost_usd is None and other.cost_usd is None else (
@@ -45,6 +47,7 @@ class JudgeUsage(BaseModel):
             prompt_version=self.prompt_version or other.prompt_version,
             cache_hits=self.cache_hits + other.cache_hits,
             judge_id=self.judge_id or other.judge_id,
+            judge_trace_id=self.judge_trace_id or other.judge_trace_id,
         )
 
 

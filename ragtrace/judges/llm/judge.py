@@ -32,6 +32,7 @@ from ragtrace.judges.llm.planning import Planner
 from ragtrace.judges.llm.prompt import Prompting, prompt_digest
 from ragtrace.judges.llm.reading import Reading
 from ragtrace.judges.llm.schema import Mode
+from ragtrace.judges.llm.tracing import JudgeTraces, TracedTransport
 from ragtrace.judges.llm.transport import LiteLLMTransport, TokenCounter, Transport, load_litellm
 from ragtrace.scoring import Aspect, ContextVerdict, JudgeUsage, Verdicts, check_verdicts
 from ragtrace.scoring.verdicts import ClaimVerdict
@@ -58,6 +59,8 @@ class LLMJudge(PerProcessState):
     `cache=True` (default) keeps a bounded in-memory `VerdictCache`; pass one to share it, or
     False/None to disable. Extra keyword arguments go to `litellm.acompletion` unchanged.
     `transport` replaces the litellm client (`transport.Transport`); api_base still names the endpoint.
+    `traces` (`tracing.JudgeTraces`, off by default) records each judgement and its calls as spans on a
+    tracer provider that is not the app's, and the scores name that trace (`ragtrace.judge.trace_id`).
     `path_counts()` says how often each fallback (format step-down, follow-up, retry, ...) was taken.
     `identity_settings()` lists what its `ragtrace.judge.id` digests (`ragtrace.judges.judge_identity`).
     """
@@ -89,6 +92,7 @@ class LLMJudge(PerProcessState):
         temperature_step: float = 0.3,
         backoff_base: float = 0.5,
         transport: Transport | None = None,
+        traces: JudgeTraces | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         _check_settings(concurrency, reason_chars, timeout, max_tokens, contexts_per_call, context_window)
@@ -117,6 +121,9 @@ class LLMJudge(PerProcessState):
             transport = LiteLLMTransport(
                 model, api_base=api_base, api_key=api_key, timeout=timeout, stream=stream, **litellm_kwargs
             )
+        self.traces = traces
+        if traces is not None:  # each call a span of the judge's own trace, on a provider that is not the app's
+            transport = TracedTransport(transport, traces, model)
         self.transport = transport
         self._wire(Scrubber(api_key, litellm_kwargs))
 
@@ -179,6 +186,18 @@ class LLMJudge(PerProcessState):
     async def judge(self, request: JudgeRequest) -> Judgement:
         if "litellm" not in sys.modules:  # the first import takes seconds: keep it off the event loop
             await asyncio.to_thread(load_litellm)
+        if self.traces is None:
+            return await self._judged(request)
+        with self.traces.judgement(self.model, self.prompt_version) as trace_id:
+            try:
+                judgement = await self._judged(request)
+            except JudgeError as exc:
+                exc.usage = exc.usage.model_copy(update={"judge_trace_id": trace_id})
+                raise
+        usage = judgement.usage.model_copy(update={"judge_trace_id": trace_id})
+        return Judgement(judgement.verdicts, usage, judgement.truncated)
+
+    async def _judged(self, request: JudgeRequest) -> Judgement:
         try:
             judgement = await self._judge_request(request)
         except JudgeError:
