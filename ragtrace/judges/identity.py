@@ -55,15 +55,21 @@ def _kind(judge: Judge) -> str:
 
 def judge_identity(judge: Judge) -> JudgeIdentity:
     """The identity of `judge`: its kind (`identity_kind`, else its class), model, prompt version, fused or
-    not, and what its `identity_settings()` returns (JSON-able values; any other is taken by its repr).
+    not, and what its `identity_settings()` returns (JSON-able values; any other is taken by its repr), or
+    else its `fingerprint()`.
 
-    A judge without `identity_settings` is identified by its class, model and prompt version alone.
+    A judge with neither is identified by its class, model and prompt version alone.
     """
     kind = _kind(judge)
     model = str(getattr(judge, "model", ""))
     prompt_version = str(getattr(judge, "prompt_version", ""))
     settings_of = getattr(judge, "identity_settings", None)
-    settings: dict[str, Any] = dict(settings_of()) if callable(settings_of) else {}
+    fingerprint = getattr(judge, "fingerprint", None)
+    settings: dict[str, Any] = {}
+    if callable(settings_of):
+        settings = dict(settings_of())
+    elif callable(fingerprint):  # a judge that digests itself (the local judge: code, constants, model files)
+        settings = {"fingerprint": fingerprint()}
     settings.setdefault("fused", bool(getattr(judge, "fused", True)))
     payload = {"kind": kind, "model": model, "prompt_version": prompt_version, "settings": settings}
     text = json.dumps(payload, sort_keys=True, default=repr, separators=(",", ":"))

@@ -53,6 +53,7 @@ from ragtrace._state import PerProcessState
 from ragtrace.judges import lexical
 from ragtrace.judges.base import Judgement, JudgeRequest
 from ragtrace.judges.errors import JudgeError
+from ragtrace.judges.identity import file_digest
 from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, RelevanceLevel, Verdicts
 
 if TYPE_CHECKING:
@@ -219,27 +220,18 @@ class LocalJudge(PerProcessState):
         or model can never serve what an older judge said (a version string must be remembered; this
         cannot be forgotten).
         """
-        from ragtrace.judges.identity import file_digest
-
         encoder = self._encoder()
         digest = hashlib.sha256()
         for source in (__file__, lexical.__file__):
             digest.update(file_digest(source).encode())
         encoder_print = getattr(encoder, "fingerprint", None)
         digest.update((encoder_print() if callable(encoder_print) else type(encoder).__qualname__).encode())
-        # Fields and the tuned constants (a subclass may override them) as they are on this instance.
-        # Not the encoder (its fingerprint is above), the cache's size or its private state (whose repr
-        # holds an address, which would make every instance a different judge).
+        # Public fields and the tuned constants (a subclass may override them); a private one's repr has an address.
         names = [f.name for f in fields(self) if f.name not in ("encoder", "cache_size") and not f.name.startswith("_")]
         names += [name for name in dir(type(self)) if name.isupper()]
         settings = {name: repr(getattr(self, name)) for name in names}
         digest.update(json.dumps(settings, sort_keys=True).encode())
         return digest.hexdigest()
-
-    def identity_settings(self) -> dict[str, Any]:
-        """What `ragtrace.judge.id` digests: `fingerprint()` (code, constants, the model files' bytes, each
-        file hashed once per path, size and mtime)."""
-        return {"fingerprint": self.fingerprint()}
 
     def clear_cache(self) -> None:
         """Forget cached embeddings (benchmarks use it to time cold samples)."""
