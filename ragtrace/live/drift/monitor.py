@@ -14,6 +14,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -256,10 +257,11 @@ class DriftMonitor:
                 self.check, "interval", seconds=self.interval, id="ragtrace-drift-check",
                 max_instances=1, coalesce=True, misfire_grace_time=max(1, int(self.interval)),
             )
-            if self.canary is not None:  # due at the first check too; then on its own, longer schedule
+            if self.canary is not None:  # judged at start, then on its own, longer schedule
                 scheduler.add_job(
                     self._canary_on_schedule, "interval", seconds=self.canary_interval, id="ragtrace-judge-canary",
                     max_instances=1, coalesce=True, misfire_grace_time=max(1, int(self.canary_interval)),
+                    next_run_time=datetime.now(UTC),
                 )
             scheduler.start()
             self._scheduler = scheduler
