@@ -291,3 +291,10 @@ def test_settings_build_the_canary(tmp_path: Path) -> None:
     assert RagtraceSettings().build_canary(ScriptedJudge(), [], sampler) is None  # off by default
     with pytest.raises((SettingsError, ValueError), match="labels file"):
         RagtraceSettings(canary=str(tmp_path / "absent.jsonl"))
+
+
+def test_shutting_down_does_not_wait_for_the_canary() -> None:
+    judge = ScriptedJudge()
+    monitor = DriftMonitor(interval=3600, canary=Canary(judge, load_canary(size=2)))
+    monitor.shutdown()  # the last check reports drift, but judges nothing
+    assert judge.calls == 0 and monitor.canary is not None and monitor.canary.latest is None

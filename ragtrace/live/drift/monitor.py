@@ -99,6 +99,7 @@ class DriftMonitor:
         self.detector = DriftDetector(config)
         self.canary, self.canary_interval = canary, canary_interval
         self._canary_due = canary is not None  # judged at the first check, then on schedule and on changes
+        self._closing = False
         self.judges = JudgeWatch(self.detector.config.max_series, on_change=self._judge_changed)
         self._recent = _RecentSpans(self.detector.config.window, self.detector.config.max_series)
         self.interval = interval
@@ -186,7 +187,7 @@ class DriftMonitor:
     def run_canary(self) -> None:
         """Judge the canary now (no-op without one); a failure costs this run only."""
         self._canary_due = False
-        if self.canary is None:
+        if self.canary is None or self._closing:
             return
         try:
             self.canary.run()
@@ -270,7 +271,9 @@ class DriftMonitor:
         return self
 
     def shutdown(self, wait: bool = True) -> None:
-        """Stop the scheduler; a last check reports what arrived since the previous one."""
+        """Stop the scheduler; a last check reports what arrived since the previous one (without judging
+        the canary: shutting down must not wait for judge calls)."""
+        self._closing = True
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             try:
