@@ -42,7 +42,8 @@ def format_table(summaries: dict[str, ScorerSummary], usage: JudgeUsage, thresho
     lines = _aligned(rows)
     cost = "n/a" if usage.cost_usd is None else f"${usage.cost_usd:.4f}"
     lines.append(
-        f"judge {usage.model or '?'}: {usage.calls} calls, {usage.input_tokens} input + {usage.output_tokens} "
+        f"judge {usage.model or '?'} (id {usage.judge_id or '?'}): {usage.calls} calls, "
+        f"{usage.input_tokens} input + {usage.output_tokens} "
         f"output tokens, cost {cost}, {usage.cache_hits} cache hits"
     )
     return "\n".join(lines)

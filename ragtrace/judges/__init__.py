@@ -11,6 +11,7 @@ from ragtrace.judges.errors import (
     OverBudget,
     RateLimited,
 )
+from ragtrace.judges.identity import JUDGE_ID, JudgeIdentity, judge_id, judge_identity
 from ragtrace.judges.limits import DailyTokenBudget, RateLimiter
 from ragtrace.judges.llm import LLMJudge
 from ragtrace.judges.resolve import JudgeSpecError, check_judge_spec
@@ -26,10 +27,12 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "JUDGE_ID",
     "DailyTokenBudget",
     "Judge",
     "JudgeAuthFailed",
     "JudgeError",
+    "JudgeIdentity",
     "JudgeInvalidOutput",
     "JudgeRequest",
     "JudgeSpecError",
@@ -45,4 +48,6 @@ __all__ = [
     "VerdictCache",
     "check_judge_spec",
     "judge_and_score",
+    "judge_id",
+    "judge_identity",
 ]

@@ -212,11 +212,13 @@ class Encoder:
 
     def fingerprint(self) -> str:
         """A digest of what decides the vectors: the forward-pass code, the model files, backend and cut."""
-        digest = hashlib.sha256()
+        from ragtrace.judges.identity import file_digest
+
+        digest = hashlib.sha256()  # of the files' digests, each read once per path, size and mtime
         for source in (Path(__file__), Path(__file__).with_name("onnx_bert.py")):
-            digest.update(source.read_bytes())
+            digest.update(file_digest(source).encode())
         for name in ("config.json", "tokenizer.json", "model.safetensors"):
-            digest.update((self.model_path / name).read_bytes())
+            digest.update(file_digest(self.model_path / name).encode())
         digest.update(f"{self.backend}:{self.max_length}".encode())
         return digest.hexdigest()
 

@@ -47,13 +47,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ragtrace._state import PerProcessState
 from ragtrace.judges import lexical
 from ragtrace.judges.base import Judgement, JudgeRequest
 from ragtrace.judges.errors import JudgeError
+from ragtrace.judges.identity import file_digest
 from ragtrace.scoring import Aspect, ClaimVerdict, ContextVerdict, JudgeUsage, RelevanceLevel, Verdicts
 
 if TYPE_CHECKING:
@@ -200,6 +200,7 @@ class LocalJudge(PerProcessState):
     _per_process: ClassVar[dict[str, Callable[[Any], Any]]] = {
         "_cache": lambda judge: _EmbeddingCache(judge.cache_size)
     }
+    identity_kind: ClassVar[str] = "local"
 
     def __post_init__(self) -> None:
         if self.encoder is None:
@@ -222,11 +223,11 @@ class LocalJudge(PerProcessState):
         encoder = self._encoder()
         digest = hashlib.sha256()
         for source in (__file__, lexical.__file__):
-            digest.update(Path(source).read_bytes())
+            digest.update(file_digest(source).encode())
         encoder_print = getattr(encoder, "fingerprint", None)
         digest.update((encoder_print() if callable(encoder_print) else type(encoder).__qualname__).encode())
-        # Fields and the tuned constants (a subclass may override them) as they are on this instance.
-        names = [f.name for f in fields(self) if f.name not in ("encoder", "cache_size")]
+        # Public fields and the tuned constants (a subclass may override them); a private one's repr has an address.
+        names = [f.name for f in fields(self) if f.name not in ("encoder", "cache_size") and not f.name.startswith("_")]
         names += [name for name in dir(type(self)) if name.isupper()]
         settings = {name: repr(getattr(self, name)) for name in names}
         digest.update(json.dumps(settings, sort_keys=True).encode())

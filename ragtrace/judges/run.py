@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ragtrace.judges.base import Judge, Judgement, JudgeRequest
 from ragtrace.judges.errors import JudgeError
+from ragtrace.judges.identity import judge_id as identify
 from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult
 
 
@@ -47,8 +48,17 @@ async def _judge_group(judge: Judge, sample: RagSample, group: Sequence[Scorer])
     return [_apply(s, sample, judgement) for s in group]
 
 
-async def judge_and_score(sample: RagSample, scorers: Sequence[Scorer], judge: Judge) -> SampleScores:
-    """Skip what cannot apply, ask the judge (once when fused), and score. Never raises a JudgeError."""
+def _stamped(result: ScoreResult, judge_id: str) -> ScoreResult:
+    return result.model_copy(update={"usage": result.usage.model_copy(update={"judge_id": judge_id})})
+
+
+async def judge_and_score(
+    sample: RagSample, scorers: Sequence[Scorer], judge: Judge, *, judge_id: str | None = None
+) -> SampleScores:
+    """Skip what cannot apply, ask the judge (once when fused), and score. Never raises a JudgeError.
+
+    Every result the judge answered carries its `judge_id` in its usage (`ragtrace.judge.id`): pass it
+    when judging many samples with one judge, else it is worked out here (`judge_identity`)."""
     by_name: dict[str, ScoreResult] = {}
     active: list[Scorer] = []
     for scorer in scorers:
@@ -63,6 +73,9 @@ async def judge_and_score(sample: RagSample, scorers: Sequence[Scorer], judge: J
         if not group:
             continue
         results = await _judge_group(judge, sample, group)
+        if judge_id is None:
+            judge_id = identify(judge)
+        results = [_stamped(r, judge_id) for r in results]
         usage = results[0].usage if usage is None else usage + results[0].usage
         by_name.update((r.name, r) for r in results)
     return SampleScores(results=tuple(by_name[s.name] for s in scorers), usage=usage or JudgeUsage())

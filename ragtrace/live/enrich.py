@@ -26,6 +26,7 @@ from ragtrace._sdk import copy_span, dropped_counts
 from ragtrace._version import __version__
 from ragtrace.capture import CapturedSample
 from ragtrace.capture.values import attrs_of
+from ragtrace.judges.identity import JUDGE_ID
 from ragtrace.scoring import JUDGE_TIMEOUT, JudgeUsage, ScoreResult
 from ragtrace.scoring import timed_out as timed_out_result
 
@@ -48,6 +49,7 @@ class Evaluation:
     prompt_version: str = ""
     # Nothing was judged, and why: (status, ragtrace.eval.error), e.g. ("skipped", "queue_full").
     outcome: tuple[EvalStatus, str] | None = None
+    judge_id: str = ""  # ragtrace.judge.id when no result carries it (a timeout)
 
     @property
     def status(self) -> EvalStatus:
@@ -190,6 +192,10 @@ def common_attributes(evaluation: Evaluation) -> dict[str, AttributeValue]:
     }
     if usage.cost_usd is not None:
         attrs["ragtrace.judge.cost_usd"] = float(usage.cost_usd)
+    if judge_id := usage.judge_id or evaluation.judge_id:
+        attrs[JUDGE_ID] = judge_id
+    if usage.judge_trace_id:  # judge traces on: the trace of the judge's own calls
+        attrs["ragtrace.judge.trace_id"] = usage.judge_trace_id
     if (error := evaluation.error) is not None:
         attrs["ragtrace.eval.error"] = error
     return attrs
@@ -211,6 +217,8 @@ def evaluation_event(
         attrs["gen_ai.evaluation.score.label"] = result.label
     if result.error is not None:
         attrs["error.type"] = result.error
+    if result.usage.judge_id:
+        attrs[JUDGE_ID] = result.usage.judge_id
     return Event(EVENT_NAME, attrs, timestamp=timestamp or time.time_ns())
 
 

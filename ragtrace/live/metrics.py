@@ -17,6 +17,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from ragtrace._logs import ragtrace_logger
 from ragtrace._version import __version__
+from ragtrace.judges.identity import JUDGE_ID
 from ragtrace.live.failures import FailureLog
 from ragtrace.scoring.result import JudgeUsage, ScoreResult
 
@@ -160,17 +161,19 @@ class RagtraceMetrics:
         the traces that made them.
         """
         try:
-            self.record_score(result.name, result.score, result.label, result.skipped, retriever, scored_span)
+            self.record_score(
+                result.name, result.score, result.label, result.skipped, retriever, scored_span, result.usage.judge_id
+            )
         except Exception:
             self._failures.failed("score")
 
     def record_score(
         self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str,
-        scored_span: ScoredSpan | None = None,
+        scored_span: ScoredSpan | None = None, judge_id: str = "",
     ) -> None:
         """`score` in plain values. A scoring process's results are replayed through it (plain values cost
         the app's process a tenth of what a result object does), so a subclass that watches scores hooks
-        here, not in `score`."""
+        here, not in `score`. `judge_id` (`ragtrace.judge.id`) labels the series: one value per judge."""
         try:
             if score is None:
                 return
@@ -180,6 +183,8 @@ class RagtraceMetrics:
             }
             if label is not None:
                 attributes["ragtrace.label"] = label
+            if judge_id:
+                attributes[JUDGE_ID] = self._cardinality.bound(JUDGE_ID, judge_id)
             self._score.record(score, attributes, context=_in_span(scored_span))
         except Exception:
             self._failures.failed("score")

@@ -11,7 +11,8 @@ and `default_worker` the one rule for the worker nobody chose.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from opentelemetry.metrics import MeterProvider
@@ -21,12 +22,14 @@ from ragtrace._logs import ragtrace_logger
 from ragtrace.capture import CaptureRules
 from ragtrace.capture.rules import QuerySource
 from ragtrace.judges.base import Judge
+from ragtrace.judges.llm.tracing import JudgeTraces
 from ragtrace.judges.resolve import is_local_judge, judge_spec_problem, resolve_judge
 from ragtrace.live.drift import DriftMetrics, DriftMonitor
+from ragtrace.live.drift.canary import Canary, load_canary
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
-from ragtrace.scoring import SCORERS
+from ragtrace.scoring import SCORERS, Scorer
 
 logger = ragtrace_logger(__name__)
 
@@ -110,6 +113,10 @@ class RagtraceSettings(BaseModel):
         None, ge=1, description="the judge model's context length, to split prompts that do not fit "
         "(unset: litellm's, when it knows the model)",
     )
+    trace_judge: bool = Field(
+        False, description="trace the LLM judge's own calls (spans on a tracer provider of ragtrace's own, exported "
+        "over OTLP as OTEL_EXPORTER_OTLP_* say; messages only with OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT)"
+    )
     sample_rate: float = Field(0.1, ge=0.0, le=1.0, description="share of traces scored, 0..1")
     mode: Mode = Field(
         "enrich", description="'enrich': scores on the evaluated span before it is exported; 'link': spans "
@@ -150,6 +157,12 @@ class RagtraceSettings(BaseModel):
     reason_max_chars: int = Field(500, ge=1, description="longest judge reason written on a span")
     drift: bool = Field(True, description="watch the scores for drift (`DriftMonitor`)")
     drift_interval: float = Field(30.0, gt=0, description="seconds between drift checks")
+    canary: str = Field(
+        "off", description="the judge canary (with drift on): 'off', 'default' (drawn from data/hotpotqa) or the "
+        "path of a JSONL/JSON labels file (context_labels and/or labels per row)"
+    )
+    canary_size: int = Field(20, ge=1, description="labelled items the canary judges per run, at most")
+    canary_interval: float = Field(3600.0, gt=0, description="seconds between scheduled canary runs")
     retrieval_tools: tuple[str, ...] = Field(
         (), description="tool names (or fnmatch patterns) whose calls are retrievals; '!name': never one"
     )
@@ -167,6 +180,16 @@ class RagtraceSettings(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         return value
+
+    @field_validator("canary")
+    @classmethod
+    def _canary_source(cls, value: str) -> str:
+        if value in ("off", "default"):
+            return value
+        path = Path(value).expanduser()
+        if path.suffix.lower() not in (".jsonl", ".json", ".ndjson") or not path.is_file():
+            raise ValueError("'off', 'default', or the path of an existing JSONL/JSON labels file")
+        return str(path)
 
     @field_validator("scorers", "retrieval_tools", mode="before")
     @classmethod
@@ -239,6 +262,8 @@ class RagtraceSettings(BaseModel):
             for name, keyword in LLM_JUDGE_KEYWORDS.items()
             if (value := getattr(self, name)) is not None
         }
+        if self.trace_judge:
+            chosen["traces"] = JudgeTraces(redact=Redactor().redact_text if self.redact else None)
         return {"api_base": self.judge_api_base, "llm_options": chosen}
 
     def processor_options(self) -> dict[str, Any]:
@@ -269,11 +294,24 @@ class RagtraceSettings(BaseModel):
             options["worker"] = self.worker
         return options
 
-    def build_metrics(self, meter_provider: MeterProvider | None = None) -> RagtraceMetrics:
-        """The processor's metrics; with `drift` on, they also feed a scheduled DriftMonitor."""
+    def build_canary(self, judge: Judge, scorers: Sequence[Scorer], sampler: Sampler) -> Canary | None:
+        """The judge canary these settings ask for (None when off), judged by the live judge with the live
+        scorers and charged to the live sampler's budget."""
+        if self.canary == "off" or not self.drift:
+            return None
+        items = load_canary(None if self.canary == "default" else self.canary, size=self.canary_size)
+        return Canary(judge, items, scorers=scorers, sampler=sampler)
+
+    def build_metrics(
+        self, meter_provider: MeterProvider | None = None, canary: Canary | None = None
+    ) -> RagtraceMetrics:
+        """The processor's metrics; with `drift` on, they also feed a scheduled DriftMonitor (with `canary`)."""
         if not self.drift:
             return RagtraceMetrics(meter_provider)
-        monitor = DriftMonitor(interval=self.drift_interval, meter_provider=meter_provider)
+        monitor = DriftMonitor(
+            interval=self.drift_interval, meter_provider=meter_provider, canary=canary,
+            canary_interval=self.canary_interval,
+        )
         return DriftMetrics(meter_provider, monitor=monitor.start())
 
 
@@ -317,7 +355,8 @@ def scoring_options(
         kwargs["concurrency"] = LOCAL_JUDGE_CONCURRENCY
     if not settings.enabled:  # the gateway: forward everything, score nothing
         kwargs["sampler"] = Sampler(0.0)
-    if built_by == "install" or meter_provider is not None:
-        kwargs["metrics"] = settings.build_metrics(meter_provider)
     kwargs.update(options)
+    if "metrics" not in options and (built_by == "install" or meter_provider is not None):
+        canary = settings.build_canary(kwargs["judge"], kwargs["scorers"], kwargs["sampler"])
+        kwargs["metrics"] = settings.build_metrics(meter_provider, canary)
     return settings, kwargs

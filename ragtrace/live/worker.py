@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ragtrace._logs import ragtrace_logger
 from ragtrace._untraced import suppress_tracing
 from ragtrace.judges.base import Judge
+from ragtrace.judges.identity import judge_identity
 from ragtrace.judges.run import judge_and_score
 from ragtrace.live.enrich import Evaluation
 from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult, timed_out
@@ -72,6 +73,7 @@ class ScoringWorker:
         self._judge = judge
         self._model = str(getattr(judge, "model", ""))
         self._prompt_version = str(getattr(judge, "prompt_version", ""))
+        self._judge_id: str | None = None  # worked out on the loop's thread, at the first job
         self._concurrency = concurrency
         self.max_queue = max_queue
         self._on_tick = on_tick
@@ -119,7 +121,7 @@ class ScoringWorker:
             async with asyncio.timeout(max(job.deadline - started, 0.0)):
                 assert self._sem is not None
                 async with self._sem:
-                    scores = await judge_and_score(job.sample, job.scorers, self._judge)
+                    scores = await judge_and_score(job.sample, job.scorers, self._judge, judge_id=self.judge_id)
             results, usage = scores.results, scores.usage
         except (TimeoutError, asyncio.CancelledError):
             expired = True
@@ -131,11 +133,28 @@ class ScoringWorker:
             # KeyboardInterrupt out of the loop, which would end it and leave every held trace waiting.
             logger.exception("ragtrace: scoring failed")
             results = tuple(s.failed("internal_error", f"{type(exc).__name__}: {exc}") for s in job.scorers)
-        evaluation = Evaluation(results, usage, expired, self._model, self._prompt_version)
+        evaluation = Evaluation(
+            results, usage, expired, self._model, self._prompt_version, judge_id=self._judge_id or ""
+        )
         try:
             job.on_done(evaluation, time.monotonic() - started)
         except Exception:
             logger.exception("ragtrace: handling a score failed")
+
+    @property
+    def judge_id(self) -> str:
+        """`ragtrace.judge.id` of this worker's judge, worked out once (the local judge digests its model
+        files; they are read once per process) and logged, so a log says which judge scored from here on."""
+        if self._judge_id is None:
+            try:
+                identity = judge_identity(self._judge)
+            except Exception:  # a judge whose identity cannot be read still scores, without an id
+                logger.exception("ragtrace: the judge's identity could not be worked out")
+                self._judge_id = ""
+            else:
+                self._judge_id = identity.id
+                logger.info("ragtrace: scoring with judge %s", identity.describe())
+        return self._judge_id
 
     def _tick(self) -> None:
         """Run `on_tick` (which says whether anything is still in progress) and schedule the next."""

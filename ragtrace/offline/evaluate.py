@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragtrace._logs import ragtrace_logger
-from ragtrace.judges import Judge, judge_and_score
+from ragtrace.judges import Judge, judge_and_score, judge_id
 from ragtrace.judges.resolve import resolve_judge
 from ragtrace.offline.dataset import KNOWN_NAMES, NEAR_NAMES, FieldMap
 from ragtrace.scoring import SCORERS, JudgeUsage, RagSample, Scorer, ScoreResult, default_scorers
@@ -152,10 +152,12 @@ async def aevaluate(
         except (ValueError, TypeError) as exc:
             raise ValueError(f"sample {index}: {exc}") from exc
     gate = asyncio.Semaphore(concurrency)
+    # Once for the run (the local judge's digests its model files); loads what the first sample would.
+    identity = await asyncio.to_thread(judge_id, active_judge)
 
     async def one(index: int, sample: RagSample, row: Any) -> ItemResult:
         async with gate:
-            scores = await judge_and_score(sample, active_scorers, active_judge)
+            scores = await judge_and_score(sample, active_scorers, active_judge, judge_id=identity)
         item_id = row.get("id") if isinstance(row, Mapping) else sample.metadata.get("id")
         item = ItemResult(
             index=index,
@@ -171,7 +173,7 @@ async def aevaluate(
         return item
 
     items = await asyncio.gather(*(one(i, s, r) for i, (s, r) in enumerate(zip(parsed, rows, strict=True))))
-    usage = sum((item.usage for item in items), JudgeUsage())
+    usage = sum((item.usage for item in items), JudgeUsage()).model_copy(update={"judge_id": identity})
     summaries = {s.name: ScorerSummary.of([item.results[s.name] for item in items]) for s in active_scorers}
     return EvaluationReport(items=list(items), summaries=summaries, usage=usage)
 

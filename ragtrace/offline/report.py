@@ -348,7 +348,9 @@ def render_report(
         "img-src data:\">",
         f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
-        f"<p class='meta'>{len(items)} items · judge {_e(usage.model or '?')} · {usage.calls} calls · "
+        f"<p class='meta'>{len(items)} items · judge {_e(usage.model or '?')} "
+        f"(prompt {_e(usage.prompt_version or '?')}, id <code>{_e(usage.judge_id or '?')}</code>) · "
+        f"{usage.calls} calls · "
         f"{usage.input_tokens} input + {usage.output_tokens} output tokens · cost {cost} · generated {now}</p>",
         "<h2>Summary</h2>",
         _summary_table(summaries, thresholds),

@@ -28,6 +28,10 @@ class JudgeUsage(BaseModel):
     model: str = ""
     prompt_version: str = ""
     cache_hits: int = 0
+    # `ragtrace.judge.id` of the judge that answered (ragtrace.judges.judge_identity); "" when none did.
+    judge_id: str = ""
+    # The trace of the judge's own work (hex), when judge traces are on (`ragtrace.judge.trace_id`).
+    judge_trace_id: str = ""
 
     def __add__(self, other: JudgeUsage) -> JudgeUsage:
         cost = None if self.cost_usd is None and other.cost_usd is None else (
@@ -42,6 +46,8 @@ class JudgeUsage(BaseModel):
             model=self.model or other.model,
             prompt_version=self.prompt_version or other.prompt_version,
             cache_hits=self.cache_hits + other.cache_hits,
+            judge_id=self.judge_id or other.judge_id,
+            judge_trace_id=self.judge_trace_id or other.judge_trace_id,
         )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,7 +61,7 @@ def test_table_and_non_tty_progress(tmp_path: Path, capsys: pytest.CaptureFixtur
     code, stdout, stderr = run(capsys, str(data), "--scorers", "context_precision")
     assert code == 0
     assert stdout.splitlines()[0].split()[:6] == ["scorer", "mean", "p10", "p50", "p90", "pass"]
-    assert "judge test/gold: 20 calls" in stdout
+    assert re.search(r"judge test/gold \(id [0-9a-f]{12}\): 20 calls", stdout), stdout  # the judge, by its id
     progress = [line for line in stderr.splitlines() if line.startswith("ragtrace: ")]
     assert progress[-1].startswith("ragtrace: 20/20 (100%)") and 2 <= len(progress) <= 12
 
@@ -260,6 +261,10 @@ def test_litellm_judge_through_api_base(
     assert summary["scorers"]["context_recall"]["mean"] == 0.5  # "It is heavy." is in no context
     assert summary["judge"]["model"] == "openai/judge-test"
     assert summary["judge"]["calls"] == len(judge_server.requests) == 2
+    # The judge by its identity: the endpoint is not part of it, the model and settings are.
+    from ragtrace.judges import LLMJudge, judge_id
+
+    assert summary["judge"]["judge_id"] == judge_id(LLMJudge("openai/judge-test"))
 
 
 def test_llm_judge_call_options_from_the_command_line(

@@ -89,6 +89,18 @@ class ScriptedJudge(PerProcessState):
         return Judgement(Verdicts(contexts=contexts, missing=[], claims=claims), usage)
 
 
+class LenientJudge(ScriptedJudge):
+    """Another judge: it finds every context useful (as if each said 'good'). Swapped in for ScriptedJudge,
+    it scores systematically higher, and disagrees with people on every useless context."""
+
+    model = "scripted/lenient"
+
+    async def judge(self, request: JudgeRequest) -> Judgement:
+        contexts = tuple(d.model_copy(update={"content": "good " + d.content}) for d in request.sample.contexts)
+        sample = request.sample.model_copy(update={"contexts": contexts})
+        return await super().judge(JudgeRequest(sample, request.aspects, request.reference))
+
+
 class Counting:
     """Records every span handed on, and the flushes and shutdowns."""
 

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind
 
+from ragtrace.judges import judge_id
 from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.processor import RagScoringSpanProcessor
@@ -91,6 +92,7 @@ def assert_scored_trace(spans: list[ReceivedSpan], ids: list[int]) -> ReceivedSp
     assert attrs["ragtrace.context_relevance.score"] == pytest.approx(0.67)
     assert attrs["ragtrace.eval.status"] == "scored"
     assert attrs["ragtrace.judge.model"] == "scripted/judge"
+    assert attrs["ragtrace.judge.id"] == judge_id(ScriptedJudge())  # beside the model, on every score
     assert attrs["ragtrace.judge.input_tokens"] == 100
     assert attrs["ragtrace.judge.cost_usd"] == pytest.approx(0.001)
     assert attrs["gen_ai.operation.name"] == "retrieval"  # the original attributes are kept
@@ -99,6 +101,7 @@ def assert_scored_trace(spans: list[ReceivedSpan], ids: list[int]) -> ReceivedSp
         "context_precision": 0.83, "context_relevance": pytest.approx(0.67),
     }
     assert all(e["gen_ai.evaluation.score.label"] == "pass" for e in events)
+    assert {e["ragtrace.judge.id"] for e in events} == {attrs["ragtrace.judge.id"]}
     assert retrieval.resource["service.name"] == "rag-app"
     for span in spans:
         if span.span_id in ids and span.name != "retrieve":
@@ -126,6 +129,8 @@ def test_scores_and_metrics_arrive_over_grpc(grpc_app: App, otlp_receiver: OtlpR
     assert decisions.point_where({"decision": "not_rag"}).value == 1  # type: ignore[union-attr]
     score = otlp_receiver.wait_for_metric("ragtrace.evaluation.score")
     assert sum(p.count or 0 for p in score.data_points) == 2
+    # One series per judge: the judge's id labels the score histogram.
+    assert {p.attributes["ragtrace.judge.id"] for p in score.data_points} == {judge_id(ScriptedJudge())}
     # Each score is an exemplar of the retrieval span it was written on: a chart of scores links to traces.
     exemplars = {
         (round(value, 2), trace_id, span_id)
@@ -247,6 +252,7 @@ def test_the_user_path_with_the_local_judge_over_otlp(otlp_receiver: OtlpReceive
         attrs = retrieval.attributes
         assert attrs["ragtrace.eval.status"] == "scored"
         assert attrs["ragtrace.judge.model"].startswith("local/")
+        assert attrs["ragtrace.judge.id"] == judge_id(LocalJudge())
         assert 0.0 <= attrs["ragtrace.context_precision.score"] <= 1.0
         assert attrs["ragtrace.context_precision.label"] in ("pass", "fail")
         assert len(retrieval.event("gen_ai.evaluation.result")) == 2

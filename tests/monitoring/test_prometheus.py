@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from ragtrace.judges import judge_id
+from tests.live.fakes import LenientJudge
 from tests.servers.collector import free_port, get_json, get_text
 from tests.servers.processes import stop
 
@@ -55,15 +57,20 @@ def _app(port_file: Path, seconds: float) -> None:
     from prometheus_client import start_http_server
 
     from ragtrace.live.drift import DriftConfig, DriftMetrics, DriftMonitor
+    from ragtrace.live.drift.canary import Canary, CanaryItem
     from ragtrace.live.processor import RagScoringSpanProcessor
     from ragtrace.live.sampling import Sampler
-    from ragtrace.scoring import ContextPrecision
-    from tests.live.fakes import CountingProcessor, ScriptedJudge, provider_with, rag_trace
+    from ragtrace.scoring import ContextPrecision, RagSample
+    from tests.live.fakes import CountingProcessor, LenientJudge, ScriptedJudge, provider_with, rag_trace
 
     meter_provider = MeterProvider(metric_readers=[PrometheusMetricReader()])
     server, _thread = start_http_server(0, addr="127.0.0.1")
+    # People's labels: the context that says "good" is the useful one. The scripted judge agrees (1.0).
+    sample = RagSample(query="q", contexts=("good doc", "bad doc", "other doc"), response="r")
+    labelled = [CanaryItem(sample, (True, False, False))] * 4
+    canary = Canary(ScriptedJudge(), labelled, scorers=[ContextPrecision()])
     monitor = DriftMonitor(DriftConfig(baseline_size=20, window=20, min_recent=10), interval=0.5,
-                           meter_provider=meter_provider).start()
+                           meter_provider=meter_provider, canary=canary, canary_interval=1.0).start()
     processor = RagScoringSpanProcessor(
         CountingProcessor(), judge=ScriptedJudge(), scorers=[ContextPrecision()], sampler=Sampler(1.0),
         metrics=DriftMetrics(meter_provider, monitor=monitor), tick_interval=0.01,
@@ -77,6 +84,8 @@ def _app(port_file: Path, seconds: float) -> None:
     while time.monotonic() < deadline:
         # good for a while (a baseline), then mostly bad: the useful document sinks to rank 3 (AP 1/3, fail)
         bad = i > 60 and i % 5 != 0
+        if i == 60:  # the judge is swapped for one that finds every context useful: the canary drops to 1/3
+            canary.judge = LenientJudge()
         docs = ("bad doc", "bad doc", "good doc") if bad else ("good doc", "bad doc")
         rag_trace(tracer, "fast: what is good?", docs)
         i += 1
@@ -134,7 +143,7 @@ def test_rule_names_are_what_the_exporter_exposes(app: int) -> None:
     """Every metric and label the rules query exists in a real opentelemetry-exporter-prometheus scrape."""
     used = _rule_metric_names()
     assert {"ragtrace_evaluation_score_count", "ragtrace_evaluation_decisions_total",
-            "ragtrace_drift_detected"} <= used
+            "ragtrace_drift_detected", "ragtrace_judge_canary_agreement", "ragtrace_judge_id"} <= used
     names = _scrape_names(app, used)
     assert used <= names, f"not exposed: {sorted(used - names)}; exposed: {sorted(n for n in names if 'ragtrace' in n)}"
 
@@ -177,7 +186,7 @@ def test_low_scores_fire_the_failing_share_and_drift_alerts(app: int, tmp_path: 
             except OSError:
                 alerts = []
             firing_now = {a["labels"]["alertname"] for a in alerts if a["state"] == "firing"}
-            if {"RagtraceHighFailingShare", "RagtraceDriftDetected"} <= firing_now:
+            if {"RagtraceHighFailingShare", "RagtraceDriftDetected", "RagtraceJudgeCanaryDrop"} <= firing_now:
                 break
             time.sleep(0.5)
         firing = [a for a in alerts if a["state"] == "firing"]
@@ -187,6 +196,12 @@ def test_low_scores_fire_the_failing_share_and_drift_alerts(app: int, tmp_path: 
         assert failing["labels"]["gen_ai_evaluation_name"] == "context_precision"
         assert float(failing["value"]) > 0.3
         assert "RagtraceDriftDetected" in names, f"alerts: {alerts}"  # the drift gauge, through the same path
+        # The canary judged by the swapped judge agrees with people on a third of the labels: the drop alert
+        # fires, naming the new judge's id.
+        canary_drop = next((a for a in firing if a["labels"]["alertname"] == "RagtraceJudgeCanaryDrop"), None)
+        assert canary_drop is not None, f"alerts: {alerts}"
+        assert canary_drop["labels"]["ragtrace_judge_id"] == judge_id(LenientJudge())
+        assert float(canary_drop["value"]) == pytest.approx(1 / 3)
         assert "RagtraceQueueFull" not in names and "RagtraceJudgeErrors" not in names
     finally:
         stop(process)

@@ -44,6 +44,7 @@ def test_report_is_self_contained_and_escaped(tmp_path: Path, capsys: pytest.Cap
     assert charts == ["histogram-context_precision", "histogram-context_relevance", "histogram-context_recall",
                       "rank-usefulness"]
     assert "Against the baseline" in html and "FAIL (min 0.9)" in html and "Worst 10 items" in html
+    assert re.search(r"id <code>[0-9a-f]{12}</code>", html), "the header names the judge by its id"
 
 
 def test_rank_usefulness_is_the_share_useful_at_each_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,14 +29,22 @@ from ragtrace.judges.llm.dialogue import Dialogue, Persistence
 from ragtrace.judges.llm.failures import Scrubber, short
 from ragtrace.judges.llm.part import FUSED_VERSION, PER_ASPECT_VERSION, REASON_CHARS, version_for
 from ragtrace.judges.llm.planning import Planner
-from ragtrace.judges.llm.prompt import Prompting
+from ragtrace.judges.llm.prompt import Prompting, prompt_digest
 from ragtrace.judges.llm.reading import Reading
 from ragtrace.judges.llm.schema import Mode
+from ragtrace.judges.llm.tracing import JudgeTraces, TracedTransport
 from ragtrace.judges.llm.transport import LiteLLMTransport, TokenCounter, Transport, load_litellm
 from ragtrace.scoring import Aspect, ContextVerdict, JudgeUsage, Verdicts, check_verdicts
 from ragtrace.scoring.verdicts import ClaimVerdict
 
-__all__ = ["LLMJudge"]
+__all__ = ["SAMPLING_KEYWORDS", "LLMJudge"]
+
+#: litellm keywords that change what a model answers, part of the judge's id (`identity_settings`);
+#: others (headers, timeouts, keys, endpoints) change how it is reached, not what it says.
+SAMPLING_KEYWORDS = frozenset({
+    "top_p", "top_k", "seed", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias",
+    "stop", "reasoning_effort", "thinking", "min_p", "extra_body",
+})
 
 
 class LLMJudge(PerProcessState):
@@ -51,8 +59,13 @@ class LLMJudge(PerProcessState):
     `cache=True` (default) keeps a bounded in-memory `VerdictCache`; pass one to share it, or
     False/None to disable. Extra keyword arguments go to `litellm.acompletion` unchanged.
     `transport` replaces the litellm client (`transport.Transport`); api_base still names the endpoint.
+    `traces` (`tracing.JudgeTraces`, off by default) records each judgement and its calls as spans on a
+    tracer provider that is not the app's, and the scores name that trace (`ragtrace.judge.trace_id`).
     `path_counts()` says how often each fallback (format step-down, follow-up, retry, ...) was taken.
+    `identity_settings()` lists what its `ragtrace.judge.id` digests (`ragtrace.judges.judge_identity`).
     """
+
+    identity_kind = "llm"
 
     def __init__(
         self,
@@ -79,6 +92,7 @@ class LLMJudge(PerProcessState):
         temperature_step: float = 0.3,
         backoff_base: float = 0.5,
         transport: Transport | None = None,
+        traces: JudgeTraces | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         _check_settings(concurrency, reason_chars, timeout, max_tokens, contexts_per_call, context_window)
@@ -100,12 +114,16 @@ class LLMJudge(PerProcessState):
             VerdictCache() if cache is True else (cache if isinstance(cache, VerdictCache) else None)
         )
         self._api_base = api_base
+        self._sampling = {k: v for k, v in litellm_kwargs.items() if k in SAMPLING_KEYWORDS}
         self._paths: Counter[str] = Counter()
         self._lock = threading.Lock()
         if transport is None:
             transport = LiteLLMTransport(
                 model, api_base=api_base, api_key=api_key, timeout=timeout, stream=stream, **litellm_kwargs
             )
+        self.traces = traces
+        if traces is not None:  # each call a span of the judge's own trace, on a provider that is not the app's
+            transport = TracedTransport(transport, traces, model)
         self.transport = transport
         self._wire(Scrubber(api_key, litellm_kwargs))
 
@@ -136,6 +154,22 @@ class LLMJudge(PerProcessState):
         server does not probe again."""
         return self._caller.mode
 
+    def identity_settings(self) -> dict[str, Any]:
+        """The settings that change verdicts (and so `ragtrace.judge.id`): sampling, answer and context
+        caps, how contexts are split, and the digest of the prompt text. Not the endpoint, timeouts,
+        retries or concurrency: they change whether and when an answer comes, not what it says."""
+        return {
+            "temperature": self.temperature,
+            "temperature_step": self.temperature_step,
+            "max_tokens": self.max_tokens,
+            "reason_chars": self.reason_chars,
+            "context_token_budget": self.context_token_budget,
+            "contexts_per_call": self.contexts_per_call,
+            "context_window": self.context_window,
+            "prompt": prompt_digest(self.fused, self.reason_chars),
+            "sampling": dict(sorted(self._sampling.items())),
+        }
+
     def path_counts(self) -> dict[str, int]:
         """How often each path was taken since this judge was made: `calls`, `format_stepdowns`,
         `transport_retries`, `timeouts`, `invalid_retries`, `temperature_steps`, `followup_calls`,
@@ -152,6 +186,18 @@ class LLMJudge(PerProcessState):
     async def judge(self, request: JudgeRequest) -> Judgement:
         if "litellm" not in sys.modules:  # the first import takes seconds: keep it off the event loop
             await asyncio.to_thread(load_litellm)
+        if self.traces is None:
+            return await self._judged(request)
+        with self.traces.judgement(self.model, self.prompt_version) as trace_id:
+            try:
+                judgement = await self._judged(request)
+            except JudgeError as exc:
+                exc.usage = exc.usage.model_copy(update={"judge_trace_id": trace_id})
+                raise
+        usage = judgement.usage.model_copy(update={"judge_trace_id": trace_id})
+        return Judgement(judgement.verdicts, usage, judgement.truncated)
+
+    async def _judged(self, request: JudgeRequest) -> Judgement:
         try:
             judgement = await self._judge_request(request)
         except JudgeError:

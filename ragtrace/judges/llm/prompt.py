@@ -8,13 +8,16 @@ answer, the error and a stricter restatement of the shape.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ragtrace.judges.base import JudgeRequest
-from ragtrace.judges.llm.part import FUSED_VERSION, MAX_MISSING, REASON_CHARS, Part, shown_keys
-from ragtrace.judges.llm.schema import Mode, output_budget, schema_text
+from ragtrace.judges.llm.part import FUSED_VERSION, MAX_MISSING, REASON_CHARS, Part, shown_keys, whole
+from ragtrace.judges.llm.schema import Mode, answer_schema, output_budget, schema_text
 from ragtrace.scoring import Aspect, RagSample
 
 TokenCount = Callable[[str], int]  # a text's length in the judge model's tokens
@@ -191,6 +194,22 @@ def retry_messages(answer: str, error: str, part: Part, reason_chars: int = REAS
         },
     ]
 
+
+@lru_cache(maxsize=64)
+def prompt_digest(fused: bool, reason_chars: int = REASON_CHARS) -> str:
+    """sha256 of the prompts this judge sends, rendered for one fixed sample: every question it may ask
+    (fused, or each aspect alone) in the plain-text mode (whose prompt carries the schema too), the
+    structured-output schema, and the retry message. A wording change in any of them changes the digest,
+    and so the judge's id, even when nobody remembered to bump the prompt version."""
+    sample = RagSample(query="q", contexts=("c0", "c1"), response="r", ground_truth="g")
+    everything = frozenset(Aspect)
+    questions = [everything] if fused else [frozenset({a}) for a in sorted(Aspect)]
+    rendered: list[object] = []
+    for aspects in questions:
+        part = whole(aspects, len(sample.contexts))
+        prompt = build_prompt(sample, part, None, mode="text", budget=1 << 20, count=len, reason_chars=reason_chars)
+        rendered += [prompt.messages, answer_schema(part, reason_chars), retry_messages("a", "e", part, reason_chars)]
+    return hashlib.sha256(json.dumps(rendered, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True)

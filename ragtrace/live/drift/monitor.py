@@ -14,6 +14,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -23,7 +24,9 @@ from opentelemetry.trace import Link, TracerProvider
 
 from ragtrace._logs import ragtrace_logger
 from ragtrace._version import __version__
+from ragtrace.live.drift.canary import Canary
 from ragtrace.live.drift.detector import DriftConfig, DriftDetector, DriftState, Key
+from ragtrace.live.drift.judge_watch import JudgeWatch, attribute
 from ragtrace.live.failures import FailureLog
 from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan, scored_span_context
 from ragtrace.scoring.result import ScoreResult
@@ -87,10 +90,18 @@ class DriftMonitor:
         interval: float = 30.0,
         meter_provider: MeterProvider | None = None,
         tracer_provider: TracerProvider | None = None,
+        canary: Canary | None = None,
+        canary_interval: float = 3600.0,
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
+        if not canary_interval > 0:
+            raise ValueError(f"canary_interval must be > 0 seconds, got {canary_interval!r}")
         self.detector = DriftDetector(config)
+        self.canary, self.canary_interval = canary, canary_interval
+        self._canary_due = canary is not None  # judged at the first check, then on schedule and on changes
+        self._closing = False
+        self.judges = JudgeWatch(self.detector.config.max_series, on_change=self._judge_changed)
         self._recent = _RecentSpans(self.detector.config.window, self.detector.config.max_series)
         self.interval = interval
         self._states: dict[Key, DriftState] = {}
@@ -121,6 +132,8 @@ class DriftMonitor:
             "ragtrace.retrieval.empty_rate", callbacks=[self._observe_empty], unit="",
             description="Share of recent evaluated retrievals that returned no documents, per retriever.",
         )
+        if self.canary is not None:
+            self.canary.register(meter)
 
     # -- feeding (scoring worker) --------------------------------------------------------------------
 
@@ -136,11 +149,13 @@ class DriftMonitor:
 
     def feed_value(
         self, scorer: str, score: float | None, skipped: str | None, retriever: str,
-        scored_span: ScoredSpan | None = None,
+        scored_span: ScoredSpan | None = None, judge_id: str = "",
     ) -> None:
-        """`feed` in plain values; `scored_span` is the span the score was written on."""
+        """`feed` in plain values; `scored_span` is the span the score was written on, `judge_id` the
+        `ragtrace.judge.id` of the judge that gave it (a change is logged once and re-judges the canary)."""
         try:
             if score is not None:
+                self.judges.note((scorer, retriever), judge_id)
                 self.detector.observe(scorer, retriever, score)
                 self.detector.observe_retrieval(retriever, False)
                 if scored_span is not None:
@@ -153,7 +168,8 @@ class DriftMonitor:
     # -- checking (scheduler thread) -----------------------------------------------------------------
 
     def check(self) -> dict[Key, DriftState]:
-        """Update every series, the gauges' values, and report drift that started or ended."""
+        """Update every series, the gauges' values, and report drift that started or ended. The canary is
+        judged first when it is due, and when drift starts: the report then says whether it moved."""
         with self._check_lock:
             try:
                 states = self.detector.check()
@@ -162,10 +178,30 @@ class DriftMonitor:
             except Exception:
                 self._failures.failed("check")
                 return dict(self._states)
+        if self._canary_due or any(s.changed and s.detected for s in states.values()):
+            self.run_canary()
         for state in states.values():
             if state.changed:
                 self._report(state)
         return states
+
+    def run_canary(self) -> None:
+        """Judge the canary now (no-op without one); a failure costs this run only."""
+        self._canary_due = False
+        if self.canary is None or self._closing:
+            return
+        try:
+            self.canary.run()
+        except Exception:
+            self._failures.failed("canary")
+
+    def _canary_on_schedule(self) -> None:
+        self._canary_due = True
+        self.check()
+
+    def _judge_changed(self, old: str, new: str) -> None:
+        """A new judge id among the scores: the canary is judged again at the next check."""
+        self._canary_due = self.canary is not None
 
     def _report(self, state: DriftState) -> None:
         what = "started" if state.detected else "ended"
@@ -179,6 +215,10 @@ class DriftMonitor:
             "ragtrace.drift.recent_mean": round(state.recent_mean, 6),
             "ragtrace.drift.recent_n": state.recent_n,
         }
+        if state.detected:
+            cause, why = attribute(state, self.judges, self.canary)
+            attributes["ragtrace.drift.cause"] = cause
+            attributes["ragtrace.drift.cause_reason"] = why
         showing = self._recent.showing((state.scorer, state.retriever), state.delta < 0, DRIFT_LINKS) if (
             state.detected
         ) else []
@@ -187,10 +227,13 @@ class DriftMonitor:
             traces = "; traces to open: " + ", ".join(
                 f"{trace_id:032x} ({score:.2f})" for score, (trace_id, _) in showing
             ) if showing else ""
+            cause = f"; cause: {attributes['ragtrace.drift.cause']} ({attributes['ragtrace.drift.cause_reason']})" if (
+                "ragtrace.drift.cause" in attributes
+            ) else ""
             logger.log(
-                level, "ragtrace drift %s: %s on retriever %s, mean %.3f vs baseline %.3f (delta %+.3f, by %s)%s",
+                level, "ragtrace drift %s: %s on retriever %s, mean %.3f vs baseline %.3f (delta %+.3f, by %s)%s%s",
                 what, state.scorer, state.retriever, state.recent_mean, state.baseline_mean, state.delta,
-                state.by or "none", traces, extra={"ragtrace_drift": attributes},
+                state.by or "none", cause, traces, extra={"ragtrace_drift": attributes},
             )
         except Exception:
             self._failures.failed("log")
@@ -216,6 +259,12 @@ class DriftMonitor:
                 self.check, "interval", seconds=self.interval, id="ragtrace-drift-check",
                 max_instances=1, coalesce=True, misfire_grace_time=max(1, int(self.interval)),
             )
+            if self.canary is not None:  # judged at start, then on its own, longer schedule
+                scheduler.add_job(
+                    self._canary_on_schedule, "interval", seconds=self.canary_interval, id="ragtrace-judge-canary",
+                    max_instances=1, coalesce=True, misfire_grace_time=max(1, int(self.canary_interval)),
+                    next_run_time=datetime.now(UTC),
+                )
             scheduler.start()
             self._scheduler = scheduler
         except Exception:
@@ -223,7 +272,9 @@ class DriftMonitor:
         return self
 
     def shutdown(self, wait: bool = True) -> None:
-        """Stop the scheduler; a last check reports what arrived since the previous one."""
+        """Stop the scheduler; a last check reports what arrived since the previous one (without judging
+        the canary: shutting down must not wait for judge calls)."""
+        self._closing = True
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             try:
@@ -264,10 +315,10 @@ class DriftMetrics(RagtraceMetrics):
 
     def record_score(
         self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str,
-        scored_span: ScoredSpan | None = None,
+        scored_span: ScoredSpan | None = None, judge_id: str = "",
     ) -> None:
-        super().record_score(scorer, score, label, skipped, retriever, scored_span)
-        self.monitor.feed_value(scorer, score, skipped, retriever, scored_span)
+        super().record_score(scorer, score, label, skipped, retriever, scored_span, judge_id)
+        self.monitor.feed_value(scorer, score, skipped, retriever, scored_span, judge_id)
 
     def shutdown(self) -> None:
         self.monitor.shutdown(wait=False)
