@@ -19,7 +19,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "otlp": set(),
     "capture": {"scoring"},
     "judges": {"scoring"},
-    "live": {"scoring", "capture", "judges", "otlp"},
+    # The judge canary reads a labels file as `align` and `eval` read datasets; offline never imports live.
+    "live": {"scoring", "capture", "judges", "otlp", "offline"},
     "offline": {"scoring", "capture", "judges", "otlp"},
     "gateway": {"scoring", "capture", "judges", "otlp", "live"},
 }
