@@ -21,8 +21,8 @@ def _table(judge: JudgeAlignment) -> list[str]:
     for labels, a in judge.agreements.items():
         yes, no = a.yes, a.no
         rows.append([
-            labels, str(a.units), str(a.human_yes), _n(a.accuracy), _n(a.kappa), _n(yes and yes.f1),
-            _n(yes and yes.precision), _n(yes and yes.recall), _n(no and no.f1),
+            labels, str(a.units), str(a.human_yes), _n(a.accuracy), _n(a.kappa), _n(yes.f1 if yes else None),
+            _n(yes.precision if yes else None), _n(yes.recall if yes else None), _n(no.f1 if no else None),
             f"{_n(a.auc)} ({a.auc_of})" if a.auc is not None else "-", _n(a.ece),
             ", ".join(f"{k} {v}" for k, v in sorted(a.unjudged.items())) or "-",
         ])

@@ -11,10 +11,11 @@ The metrics themselves are pure (`ragtrace.offline.agreement`).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from ragtrace.judges import Judge, Judgement, JudgeRequest, judge_and_score
 from ragtrace.judges.resolve import resolve_judge
-from ragtrace.offline import agreement
+from ragtrace.offline.agreement import Confusion, calibration, expected_calibration_error, mcnemar_exact, roc_auc
 from ragtrace.offline.labels import LabelledItem, labelled_rows, load_labels
 from ragtrace.scoring import SCORERS, Aspect, ContextPrecision, JudgeUsage, Scorer, ScoreResult, Verdicts
 
@@ -40,7 +41,7 @@ class JudgedItem:
 
     results: dict[str, ScoreResult]
     usefulness: tuple[tuple[bool, float | None], ...] | None = None
-    usage: JudgeUsage = JudgeUsage()
+    usage: JudgeUsage = field(default_factory=JudgeUsage)
 
 
 @dataclass
@@ -59,9 +60,7 @@ def judge_identity(judge: Judge) -> str | None:
     """The judge's identity digest (`ragtrace.judge.id`, issue 26 item 2), when this ragtrace has one.
 
     The one place align reads it: every output that names a judge takes it from here."""
-    import ragtrace.judges as judges
-
-    identify = getattr(judges, "judge_id", None)
+    identify = getattr(importlib.import_module("ragtrace.judges"), "judge_id", None)
     if callable(identify):
         value = identify(judge)
         return str(value) if value is not None else None
@@ -152,7 +151,7 @@ class Agreement(BaseModel):
     yes: LabelStats | None = None
     no: LabelStats | None = None
     auc: float | None = None
-    auc_of: str = Field(default="", description="confidence, score, or verdict (a yes/no only: AUC = balanced accuracy)")
+    auc_of: str = Field(default="", description="confidence, score, or verdict (a yes/no: AUC = balanced accuracy)")
     confusion: dict[str, int] = Field(default_factory=dict)
     calibration: list[CalibrationRow] = Field(default_factory=list)
     ece: float | None = None
@@ -270,18 +269,18 @@ def agreement_of(items: Sequence[LabelledItem], outcome: JudgeOutcome, labels: s
     human = [u.human for u in units]
     verdicts = [u.judge for u in units]
     scores = [u.score for u in units]
-    confusion = agreement.Confusion.of(verdicts, human)
-    table = agreement.calibration(scores, human, options.bins)
+    confusion = Confusion.of(verdicts, human)
+    table = calibration(scores, human, options.bins)
     return result.model_copy(update={
         "human_yes": sum(human),
         "accuracy": confusion.accuracy,
         "kappa": confusion.kappa(),
         "yes": LabelStats(**confusion.label_scores(True).__dict__),
         "no": LabelStats(**confusion.label_scores(False).__dict__),
-        "auc": agreement.roc_auc(scores, human),
+        "auc": roc_auc(scores, human),
         "confusion": {"tp": confusion.tp, "fp": confusion.fp, "fn": confusion.fn, "tn": confusion.tn},
         "calibration": [CalibrationRow(**row.__dict__) for row in table],
-        "ece": agreement.expected_calibration_error(table),
+        "ece": expected_calibration_error(table),
         "disagreements": _disagreements(items, outcome, units, labels, options.worst),
     })
 
@@ -316,7 +315,7 @@ def paired_tests(items: Sequence[LabelledItem], outcomes: Sequence[JudgeOutcome]
                 continue
             right_a = [units_a[k].judge == units_a[k].human for k in common]
             right_b = [units_b[k].judge == units_b[k].human for k in common]
-            test = agreement.mcnemar_exact(right_a, right_b)
+            test = mcnemar_exact(right_a, right_b)
             better = None
             if test.p_value < alpha and test.only_a != test.only_b:
                 better = a.name if test.only_a > test.only_b else b.name

@@ -16,7 +16,8 @@ import io
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,7 @@ class DatasetRow:
     line: int
     id: str | None
     sample: RagSample
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = dataclass_field(default_factory=dict)
 
 
 # The key of a context object's text: ragtrace's, LangChain's `Document`, and the plain `text` most stores use.

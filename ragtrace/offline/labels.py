@@ -57,9 +57,9 @@ def yes_or_no(value: Any) -> bool | None:
     return None
 
 
-def _decoded(value: Any, fail: Any) -> Any:
+def _decoded(value: Any, fail: Any, cell: bool) -> Any:
     """A CSV cell's text as the JSON it holds; other values as they are."""
-    if not isinstance(value, str):
+    if not cell or not isinstance(value, str):
         return value
     if not value.strip():
         return None
@@ -70,8 +70,8 @@ def _decoded(value: Any, fail: Any) -> Any:
     return None
 
 
-def parse_context_labels(value: Any, n_contexts: int, fail: Any) -> tuple[bool | None, ...] | None:
-    value = _decoded(value, fail)
+def parse_context_labels(value: Any, n_contexts: int, fail: Any, *, cell: bool = False) -> tuple[bool | None, ...] | None:
+    value = _decoded(value, fail, cell)
     if value is None:
         return None
     if not isinstance(value, list):
@@ -87,8 +87,8 @@ def parse_context_labels(value: Any, n_contexts: int, fail: Any) -> tuple[bool |
     return tuple(parsed)
 
 
-def parse_sample_labels(value: Any, fail: Any) -> dict[str, bool]:
-    value = _decoded(value, fail)
+def parse_sample_labels(value: Any, fail: Any, *, cell: bool = False) -> dict[str, bool]:
+    value = _decoded(value, fail, cell)
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -107,8 +107,9 @@ def parse_sample_labels(value: Any, fail: Any) -> dict[str, bool]:
     return labels
 
 
-def labelled_item(row: DatasetRow, path: str) -> LabelledItem:
-    """One dataset row with its labels checked (DatasetError naming the field on a bad one)."""
+def labelled_item(row: DatasetRow, path: str, *, cells: bool = False) -> LabelledItem:
+    """One dataset row with its labels checked (DatasetError naming the field on a bad one); `cells`: a CSV
+    or TSV row, whose labels are JSON text in their cells."""
 
     def fail(name: str) -> Any:
         def raise_(message: str) -> None:
@@ -117,9 +118,9 @@ def labelled_item(row: DatasetRow, path: str) -> LabelledItem:
         return raise_
 
     context_labels = parse_context_labels(
-        row.extra.get(CONTEXT_LABELS), len(row.sample.contexts), fail(CONTEXT_LABELS)
+        row.extra.get(CONTEXT_LABELS), len(row.sample.contexts), fail(CONTEXT_LABELS), cell=cells
     )
-    labels = parse_sample_labels(row.extra.get(LABELS), fail(LABELS))
+    labels = parse_sample_labels(row.extra.get(LABELS), fail(LABELS), cell=cells)
     key = row.id if row.id is not None else f"row {row.index + 1}"
     return LabelledItem(key=key, sample=row.sample, context_labels=context_labels, labels=labels, line=row.line)
 
@@ -131,7 +132,8 @@ def load_labels(
     base = fields or FieldMap()
     fields = FieldMap(**{**base.__dict__, "keep": (*base.keep, CONTEXT_LABELS, LABELS)})
     rows = load_dataset(path, fields=fields, format=format, max_line_bytes=max_line_bytes)
-    items = [labelled_item(row, str(path)) for row in rows]
+    kind = format if format != "auto" else Path(path).suffix.lower().lstrip(".")
+    items = [labelled_item(row, str(path), cells=kind in ("csv", "tsv")) for row in rows]
     if not any(item.labelled for item in items):
         raise DatasetError(
             str(path), f"no row carries a label: add '{CONTEXT_LABELS}' (1/0 per context) or '{LABELS}' "

@@ -85,7 +85,8 @@ class PhoenixClient:
     def span_annotations(self, span_ids: Sequence[str], names: Sequence[str]) -> Iterator[dict[str, Any]]:
         project = urllib.parse.quote(self.project, safe="")
         for start in range(0, len(span_ids), _ID_CHUNK):
-            yield from self.pages(f"/v1/projects/{project}/span_annotations", span_ids=span_ids[start:start + _ID_CHUNK],
+            chunk = list(span_ids[start:start + _ID_CHUNK])
+            yield from self.pages(f"/v1/projects/{project}/span_annotations", span_ids=chunk,
                                   include_annotation_names=list(names), limit=1000)
 
 
