@@ -31,7 +31,15 @@ from ragtrace.cli.options import (
 )
 from ragtrace.cli.progress import Progress
 from ragtrace.judges import Judge
-from ragtrace.offline.align import JudgeOutcome, Settings, label_sets_of, measure, run_judge, scorers_for
+from ragtrace.offline.align import (
+    JudgeOutcome,
+    Settings,
+    answer_key_warning,
+    label_sets_of,
+    measure,
+    run_judge,
+    scorers_for,
+)
 from ragtrace.offline.dataset import MAX_LINE_BYTES, DatasetError
 from ragtrace.offline.labels import LabelledItem, load_labels
 from ragtrace.offline.phoenix import PhoenixClient, PhoenixError, read_phoenix_labels
@@ -93,6 +101,7 @@ class Job:
     judges: list[tuple[str, Judge]]
     recorded: JudgeOutcome | None = None
     skipped: Counter[str] = field(default_factory=Counter)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _annotations(values: list[str]) -> dict[str, str]:
@@ -149,6 +158,8 @@ def load(args: argparse.Namespace) -> Job:
     job.scorers = build_scorers(args)
     options = llm_judge_options(args)
     job.judges = [(spec, load_judge(spec, args.api_base, options)) for spec in specs]
+    if job.judges and (warning := answer_key_warning(job.items, job.scorers)):
+        job.warnings.append(warning)
     return job
 
 
@@ -179,6 +190,8 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
             if args.json:
                 stdout.write(json.dumps({"command": "align", "error": str(exc), "exit_code": EXIT_BAD_INPUT}) + "\n")
             return EXIT_BAD_INPUT
+        for warning in job.warnings:  # before the judges are paid for
+            stderr.write(f"ragtrace align: warning: {warning}\n")
         try:
             outcomes = judge_all(job, args, stderr)
         except KeyboardInterrupt:
@@ -186,7 +199,7 @@ def run(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextI
             return EXIT_INTERRUPTED
         settings = Settings({s.name: s.scale for s in job.scorers}, args.alpha, 10, args.worst, args.min_kappa,
                             args.min_f1)
-        report = measure(job.source, job.items, outcomes, settings)
+        report = measure(job.source, job.items, outcomes, settings).model_copy(update={"warnings": job.warnings})
     code = EXIT_OK if report.passed else EXIT_FAILED
     text = stderr if args.json else stdout
     text.write(format_alignment(report, job.skipped) + "\n")

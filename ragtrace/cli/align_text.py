@@ -49,6 +49,7 @@ def format_alignment(report: AlignmentReport, skipped: Counter[str] | None = Non
     """The whole report as text."""
     labelled = ", ".join(f"{n} {name}" for name, n in report.labelled.items())
     lines = [f"{report.source}: {report.items} items; labels: {labelled}"]
+    lines += [f"warning: {w}" for w in report.warnings]
     for reason, count in sorted((skipped or {}).items()):
         lines.append(f"passed over: {count} x {reason}")
     for judge in report.judges:

@@ -199,6 +199,7 @@ class AlignmentReport(BaseModel):
     comparisons: list[PairedTest] = Field(default_factory=list)
     gates: list[GateResult] = Field(default_factory=list)
     alpha: float = 0.05
+    warnings: list[str] = Field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -340,6 +341,29 @@ def gates_of(judges: Sequence[JudgeAlignment], min_kappa: float | None, min_f1: 
     return gates
 
 
+def answer_key_warning(items: Sequence[LabelledItem], scorers: Sequence[Scorer]) -> str | None:
+    """A warning when the reference usefulness is judged against quotes the contexts people labelled useful
+    (HotpotQA's gold paragraphs as ground truth): the judge is handed the labels, and agrees for free."""
+    precision = next((s for s in scorers if isinstance(s, ContextPrecision)), None)
+    if precision is None:
+        return None
+    labelled = quoting = 0
+    for item in items:
+        useful = [i for i, y in enumerate(item.context_labels or ()) if y]
+        if not useful:
+            continue
+        labelled += 1
+        by_truth = precision.reference_kind(item.sample) == "ground_truth"
+        reference = precision.reference(item.sample) if by_truth else None
+        if reference and all(item.sample.contexts[i].content in reference for i in useful):
+            quoting += 1
+    if labelled and quoting * 2 > labelled:
+        return (f"in {quoting} of {labelled} items the ground truth quotes every context people labelled useful: "
+                "context_precision judges usefulness against it, which hands the judge the labels; judge against "
+                "the response instead (--reference response, or ContextPrecision(reference_source='response'))")
+    return None
+
+
 def label_sets_of(items: Sequence[LabelledItem]) -> dict[str, int]:
     """The label sets the items carry, and how many labels each has."""
     counts: Counter[str] = Counter()
@@ -428,7 +452,9 @@ async def aalign(
     outcomes = [await run_judge(items, active, judge, name=name, concurrency=concurrency)
                 for judge, name in zip(resolved, names, strict=True)]
     settings = Settings({s.name: s.scale for s in active}, alpha, 10, worst, min_kappa, min_f1)
-    return measure(source, items, outcomes, settings)
+    report = measure(source, items, outcomes, settings)
+    warning = answer_key_warning(items, active)
+    return report.model_copy(update={"warnings": [warning]}) if warning else report
 
 
 def align(

@@ -111,6 +111,7 @@ def render_alignment(report: AlignmentReport, title: str | None = None) -> str:
              "img-src data:\">", f"<title>{_e(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{_e(title)}</h1>",
              f"<p class='meta'>{report.items} items · labels: {labelled} · judges: {judges} · generated {now}</p>"]
+    parts += [f"<p class='bad'>warning: {_e(w)}</p>" for w in report.warnings]
     if report.gates:
         rows = "".join(f"<tr><td>{_e(g.judge)}</td><td>{_e(g.labels)}</td><td>{_e(g.metric)}</td>"
                        f"<td class=num>{_n(g.value)}</td><td class=num>{g.minimum:g}</td>"

@@ -70,7 +70,9 @@ def _decoded(value: Any, fail: Any, cell: bool) -> Any:
     return None
 
 
-def parse_context_labels(value: Any, n_contexts: int, fail: Any, *, cell: bool = False) -> tuple[bool | None, ...] | None:
+def parse_context_labels(
+    value: Any, n_contexts: int, fail: Any, *, cell: bool = False
+) -> tuple[bool | None, ...] | None:
     value = _decoded(value, fail, cell)
     if value is None:
         return None
