@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from ragtrace.offline.align import JudgedItem, JudgeOutcome
 from ragtrace.offline.labels import LabelledItem, yes_or_no
 from ragtrace.offline.replay import parse_json_line, samples_from_spans, spans_of
-from ragtrace.scoring import SCORERS, JudgeUsage, ScoreResult
+from ragtrace.scoring import SCORERS, JudgeUsage, RagSample, ScoreResult
 
 SCORED = ("scored", "partial")
 RECORDED = "recorded"
@@ -90,19 +90,6 @@ class PhoenixClient:
                                   include_annotation_names=list(names), limit=1000)
 
 
-def _attributes(span: Mapping[str, Any]) -> dict[str, Any]:
-    """An OTLP/JSON span's attributes as plain values (strings, numbers, bools)."""
-    values: dict[str, Any] = {}
-    for pair in span.get("attributes") or []:
-        value = pair.get("value") or {}
-        for kind in ("string_value", "stringValue", "double_value", "doubleValue", "int_value", "intValue",
-                     "bool_value", "boolValue"):
-            if kind in value:
-                values[str(pair.get("key"))] = value[kind]
-                break
-    return values
-
-
 def readable_spans(rows: Sequence[dict[str, Any]]) -> list[ReadableSpan]:
     """Phoenix's OTLP/JSON spans as SDK spans, through the reader `replay` uses for OTLP/JSON files."""
     document = {"resource_spans": [{"scope_spans": [{"spans": [dict(row) for row in rows]}]}]}
@@ -164,24 +151,21 @@ def read_phoenix_labels(
                 skipped[f"{name}: {why}"] += 1
             else:
                 labels.setdefault(span_id, {})[annotations[name]] = label
-    samples = _samples(client, [scored[s] for s in labels if s in scored])
+    samples, attributes = _samples(client, [scored[s] for s in labels if s in scored])
     items, judged = [], []
     for span_id, span_labels in labels.items():
         if span_id not in samples:
             skipped["annotated span whose trace holds no sample ragtrace can read"] += 1
             continue
-        span = scored[span_id]
         items.append(LabelledItem(key=span_id, sample=samples[span_id], labels=span_labels,
-                                  origin={"trace_id": _hex(span.get("trace_id")), "span_id": span_id}))
-        attributes = _attributes(span)
-        results = {name: r for name in SCORERS if (r := recorded_result(attributes, name)) is not None}
-        judged.append(JudgedItem(results=results))
-    return PhoenixLabels(items, _recorded_outcome([scored[i.key] for i in items], judged), skipped)
+                                  origin={"trace_id": _hex(scored[span_id].get("trace_id")), "span_id": span_id}))
+        on_span = attributes.get(span_id, {})
+        judged.append(JudgedItem(results={n: r for n in SCORERS if (r := recorded_result(on_span, n)) is not None}))
+    return PhoenixLabels(items, _recorded_outcome([attributes.get(i.key, {}) for i in items], judged), skipped)
 
 
-def _recorded_outcome(spans: Sequence[dict[str, Any]], judged: list[JudgedItem]) -> JudgeOutcome:
+def _recorded_outcome(attributes: Sequence[Mapping[str, Any]], judged: list[JudgedItem]) -> JudgeOutcome:
     """The scores on the spans as a judge: named by the model and prompt version the spans say scored them."""
-    attributes = [_attributes(span) for span in spans]
     models = sorted({str(a.get("ragtrace.judge.model", "?")) for a in attributes}) or ["?"]
     prompts = sorted({str(a.get("ragtrace.judge.prompt_version", "")) for a in attributes})
     ids = sorted({str(a["ragtrace.judge.id"]) for a in attributes if "ragtrace.judge.id" in a})
@@ -191,14 +175,21 @@ def _recorded_outcome(spans: Sequence[dict[str, Any]], judged: list[JudgedItem])
     )
 
 
-def _samples(client: PhoenixClient, spans: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The sample of each scored span, read from its whole trace (the response is on another span)."""
+def _samples(
+    client: PhoenixClient, spans: Sequence[dict[str, Any]]
+) -> tuple[dict[str, RagSample], dict[str, Mapping[str, Any]]]:
+    """The sample of each scored span, read from its whole trace (the response is on another span), and the
+    attributes of every span read, by span id."""
     trace_ids = sorted({_hex(span.get("trace_id")) for span in spans})
     rows: list[dict[str, Any]] = []
     for start in range(0, len(trace_ids), _ID_CHUNK):
         rows.extend(client.spans(trace_id=trace_ids[start:start + _ID_CHUNK]))
-    captured = samples_from_spans(readable_spans(rows))
-    return {f"{s.span_id:016x}": s.sample for s in captured}
+    readable = readable_spans(rows)
+    attributes: dict[str, Mapping[str, Any]] = {
+        f"{s.context.span_id:016x}": dict(s.attributes or {}) for s in readable if s.context is not None
+    }
+    captured = samples_from_spans(readable)
+    return {f"{s.span_id:016x}": s.sample for s in captured}, attributes
 
 
 def _hex(value: Any) -> str:
