@@ -58,8 +58,9 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
                         "'context_labels' (1/0 per context) and/or 'labels' ({scorer: pass/fail})")
     add_field_options(parser)
     add_scoring_options(parser)
-    parser.set_defaults(scorers=None)  # default: the scorers the labels need
     judges = parser.add_argument_group("judges")
+    judges.add_argument("--scorers", default=None, help="comma-separated (default: those the labels need: "
+                        "context_precision for context_labels, and each scorer named in labels)")
     judges.add_argument(
         "--judge", action="append", default=None, metavar="SPEC",
         help="a judge as eval --judge takes it ('local', a litellm model, 'python:module:attr'); repeat to "

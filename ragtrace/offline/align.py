@@ -56,10 +56,10 @@ class JudgeOutcome:
     usage: JudgeUsage
 
 
-def judge_identity(judge: Judge) -> str | None:
-    """The judge's identity digest (`ragtrace.judge.id`, issue 26 item 2), when this ragtrace has one.
-
-    The one place align reads it: every output that names a judge takes it from here."""
+def judge_id_of(judge: Judge) -> str | None:
+    """The judge's identity digest (`ragtrace.judge.id`: `ragtrace.judges.judge_id`, issue 26 item 2), or None
+    on a ragtrace without it. The one place align reads it: every output that names a judge (text, JSON,
+    HTML) takes it from here, and Phoenix's recorded judge from the spans' `ragtrace.judge.id`."""
     identify = getattr(importlib.import_module("ragtrace.judges"), "judge_id", None)
     if callable(identify):
         value = identify(judge)
@@ -106,7 +106,7 @@ async def run_judge(
 
     judged = await asyncio.gather(*(one(item) for item in items))
     usage = sum((j.usage for j in judged if j is not None), JudgeUsage())
-    return JudgeOutcome(name, judge.model, judge.prompt_version, judge_identity(judge), list(judged), usage)
+    return JudgeOutcome(name, judge.model, judge.prompt_version, judge_id_of(judge), list(judged), usage)
 
 
 # ---------------------------------------------------------------- the report
@@ -489,7 +489,7 @@ __all__ = [
     "Settings",
     "aalign",
     "align",
-    "judge_identity",
+    "judge_id_of",
     "label_sets_of",
     "measure",
     "run_judge",
