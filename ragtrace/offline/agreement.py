@@ -90,6 +90,21 @@ def cohen_kappa(a: Sequence[object], b: Sequence[object]) -> float | None:
     return (observed - expected) / (1.0 - expected)
 
 
+def mid_ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their average rank."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for k in range(start, end + 1):
+            ranks[order[k]] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
 def roc_auc(scores: Sequence[float], actual: Sequence[bool]) -> float | None:
     """ROC AUC: the chance that a random positive scores above a random negative, ties counting half
     (Mann-Whitney U / (n_pos * n_neg), from mid-ranks). None when one class is absent."""
@@ -98,17 +113,7 @@ def roc_auc(scores: Sequence[float], actual: Sequence[bool]) -> float | None:
     negatives = len(actual) - positives
     if not positives or not negatives:
         return None
-    order = sorted(range(len(scores)), key=lambda i: scores[i])
-    ranks = [0.0] * len(scores)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and scores[order[end + 1]] == scores[order[start]]:
-            end += 1
-        mid_rank = (start + end) / 2 + 1  # 1-based mid-rank of the tie group
-        for k in range(start, end + 1):
-            ranks[order[k]] = mid_rank
-        start = end + 1
+    ranks = mid_ranks(scores)
     rank_sum = sum(r for r, a in zip(ranks, actual, strict=True) if a)
     u = rank_sum - positives * (positives + 1) / 2
     return u / (positives * negatives)
@@ -184,5 +189,6 @@ __all__ = [
     "cohen_kappa",
     "expected_calibration_error",
     "mcnemar_exact",
+    "mid_ranks",
     "roc_auc",
 ]
