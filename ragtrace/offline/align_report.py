@@ -123,7 +123,7 @@ def render_alignment(report: AlignmentReport, title: str | None = None) -> str:
         found = [(j.judge, j.agreements[labels]) for j in report.judges if j.agreements[labels].units]
         parts += [f"<h2>{_e(labels)}</h2>", _side_by_side(report, labels)]
         if found:
-            parts.append(f"<div class='charts'>{reliability_chart(labels, found)}"
+            parts.append(f"<div class='charts' style='align-items:flex-start'>{reliability_chart(labels, found)}"
                          f"{''.join(_confusion(judge, a) for judge, a in found)}</div>")
             for judge, a in found:
                 parts += _disagreements(judge, labels, a)
