@@ -95,3 +95,17 @@ def test_align_api_with_the_local_judge_on_hotpotqa(tmp_path: Path) -> None:
     assert contexts.auc_of == "confidence" and not report.warnings
     leaked = ragtrace.align(subset, "local")  # reference auto: the gold paragraphs
     assert leaked.warnings and "hands the judge the labels" in leaked.warnings[0]
+
+
+def test_the_judge_id_comes_from_ragtrace_judges_when_it_has_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`judge_id_of` is the one place align reads a judge's identity (`ragtrace.judges.judge_id`, issue 26
+    item 2): without it the outputs say none, with it every output carries its value."""
+    import ragtrace.judges
+    from ragtrace.judges import LLMJudge
+    from ragtrace.offline.align import judge_id_of
+
+    judge = LLMJudge("openai/judge-test", api_base="http://127.0.0.1:9/v1", api_key="sk-test")
+    if not hasattr(ragtrace.judges, "judge_id"):
+        assert judge_id_of(judge) is None
+    monkeypatch.setattr(ragtrace.judges, "judge_id", lambda j: f"id-of-{j.model}", raising=False)
+    assert judge_id_of(judge) == "id-of-openai/judge-test"
