@@ -90,9 +90,19 @@ class PhoenixClient:
                                   include_annotation_names=list(names), limit=1000)
 
 
+def _without_nulls(value: Any) -> Any:
+    """Phoenix writes every unset field as null (a root span's `parent_span_id`); OTLP/JSON leaves it out,
+    and the reader takes a null id for a broken one (the span would be dropped)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def readable_spans(rows: Sequence[dict[str, Any]]) -> list[ReadableSpan]:
     """Phoenix's OTLP/JSON spans as SDK spans, through the reader `replay` uses for OTLP/JSON files."""
-    document = {"resource_spans": [{"scope_spans": [{"spans": [dict(row) for row in rows]}]}]}
+    document = {"resource_spans": [{"scope_spans": [{"spans": [_without_nulls(row) for row in rows]}]}]}
     return list(spans_of(parse_json_line(json.dumps(document))))
 
 

@@ -18,16 +18,17 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import ragtrace
 from ragtrace.cli import main
 from ragtrace.demo.app import BM25Retriever, DemoApp, load_corpus, load_questions, stale_snapshot
-from ragtrace.offline.phoenix import human_label
+from ragtrace.offline.phoenix import human_label, readable_spans
 from tests.servers.phoenix import Phoenix
 
 NAME = "retrieval ok"
 LABEL = "ragtrace.context_precision.label"
 
 
-def scored_retrievals(phoenix: Phoenix) -> dict[str, ReadableSpan]:
+def scored_retrievals(phoenix: Phoenix) -> tuple[dict[str, ReadableSpan], int]:
     """The demo app, ragtrace installed in front of its OTLP/HTTP exporter to Phoenix, half its requests on a
-    stale index; the retrieval spans as exported, by span id (an in-memory copy beside the OTLP one)."""
+    stale index; the retrieval spans as exported, by span id (an in-memory copy beside the OTLP one), and how
+    many spans were exported in all."""
     copy = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "align-phoenix"}))
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{phoenix.url}/v1/traces")))
@@ -41,8 +42,10 @@ def scored_retrievals(phoenix: Phoenix) -> dict[str, ReadableSpan]:
         app.answer(question)
     assert provider.force_flush(timeout_millis=120_000)
     provider.shutdown()
-    return {f"{s.context.span_id:016x}": s for s in copy.get_finished_spans()
-            if s.context is not None and (s.attributes or {}).get("gen_ai.operation.name") == "retrieval"}
+    exported = copy.get_finished_spans()
+    retrievals = {f"{s.context.span_id:016x}": s for s in exported
+                  if s.context is not None and (s.attributes or {}).get("gen_ai.operation.name") == "retrieval"}
+    return retrievals, len(exported)
 
 
 def annotate(phoenix: Phoenix, span_id: str, label: str, kind: str = "HUMAN", identifier: str = "") -> dict[str, Any]:
@@ -53,7 +56,7 @@ def annotate(phoenix: Phoenix, span_id: str, label: str, kind: str = "HUMAN", id
 def test_align_reads_people_s_annotations_and_the_spans_samples_from_phoenix(
     phoenix: Phoenix, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spans = scored_retrievals(phoenix)
+    spans, exported = scored_retrievals(phoenix)
     recorded = {span_id: (s.attributes or {})[LABEL] for span_id, s in spans.items()}
     assert len(recorded) == 10 and set(recorded.values()) == {"pass", "fail"}, recorded
     ids = sorted(spans)
@@ -65,13 +68,14 @@ def test_align_reads_people_s_annotations_and_the_spans_samples_from_phoenix(
     notes += [annotate(phoenix, ids[8], "pass", identifier="ann"), annotate(phoenix, ids[8], "fail", identifier="bo")]
     notes.append(annotate(phoenix, ids[9], "pass", kind="LLM"))
     phoenix.post("/v1/span_annotations", {"data": notes})
-    deadline = time.monotonic() + 60  # Phoenix inserts annotations (and spans) from a queue
+    deadline = time.monotonic() + 60  # Phoenix inserts annotations and spans from a queue: wait for all of them
     while True:
         found = phoenix.get("/v1/projects/default/span_annotations", span_ids=ids, limit="100")["data"]
-        listed = phoenix.get("/v1/projects/default/spans", limit="100")["data"]
-        if (len(found) == len(notes) and len(listed) >= 30) or time.monotonic() > deadline:
+        listed = phoenix.get("/v1/projects/default/spans", limit="1000")["data"]
+        if (len(found) == len(notes) and len(listed) == exported) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
+    assert len(listed) == exported, "Phoenix has every exported span"
 
     code = main(["align", "--phoenix", phoenix.url, "--annotation", f"{NAME}=context_precision", "--judge", "local",
                  "--json", "--quiet"])
@@ -89,7 +93,7 @@ def test_align_reads_people_s_annotations_and_the_spans_samples_from_phoenix(
     assert judged["recorded"]["model"] == (spans[ids[0]].attributes or {})["ragtrace.judge.model"]
     # The samples read back from Phoenix are the ones scored live: the same judge gives the same verdicts.
     again = judged["local"]["agreements"]["context_precision"]
-    assert again["confusion"] == on_spans["confusion"] and again["auc"] == on_spans["auc"]
+    assert again["confusion"] == on_spans["confusion"] and again["auc"] == on_spans["auc"], stdout
     assert {(d["item"], d["human"]) for d in on_spans["disagreements"]} == {
         (s, people[s] == "pass") for s in ids[6:8]}
 
@@ -105,3 +109,13 @@ def test_human_label_is_the_majority_of_people() -> None:
     assert human_label([note("pass", kind="LLM")], people)[0] is None
     assert human_label([note("pass", kind="LLM")], frozenset()) == (True, None)
     assert human_label([note("meh")], people) == (None, "annotation neither a yes/no label nor a score in [0, 1]")
+
+
+def test_a_root_span_as_phoenix_writes_it_is_read() -> None:
+    """Phoenix writes a root span's parent as null: the span is kept (its attributes hold the ground truth)."""
+    root = {"trace_id": "0af7651916cd43dd8448eb211c80319c", "span_id": "b7ad6b7169203331", "parent_span_id": None,
+            "name": "rag.request", "start_time_unix_nano": 1, "end_time_unix_nano": 2, "status": {"code": 0,
+            "message": None}, "attributes": [{"key": "ragtrace.ground_truth", "value": {"string_value": "42",
+                                                                                         "int_value": None}}]}
+    (span,) = readable_spans([root])
+    assert span.parent is None and (span.attributes or {})["ragtrace.ground_truth"] == "42"
