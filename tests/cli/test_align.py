@@ -71,7 +71,8 @@ def test_llm_judge_figures_and_gates(
     report = json.loads(stdout)
     assert report["labelled"] == {"contexts": 8, "context_precision": 4}
     judge = report["judges"][0]
-    assert len(judge_server.requests) == judge["usage"]["calls"] == 2  # items 3 and 4 repeat 1 and 2: cached
+    # Items 3 and 4 repeat 1 and 2: served from the judge's cache unless judged at the same moment.
+    assert len(judge_server.requests) == judge["usage"]["calls"] and 2 <= judge["usage"]["calls"] <= 4
     assert (judge["judge"], judge["model"]) == ("openai/judge-test", "openai/judge-test")
     contexts = judge["agreements"]["contexts"]
     assert contexts["units"] == 8 and contexts["confusion"] == {"tp": 3, "fp": 1, "fn": 1, "tn": 3}
