@@ -2,6 +2,7 @@
 
     ragtrace.install(tracer_provider, judge="local")        # live, behind your provider's batching
     ragtrace.evaluate(samples, judge="local")               # offline, on a dataset
+    ragtrace.align("labels.jsonl", ["local", "openai/gpt-4o-mini"])   # does each judge agree with people?
     ragtrace.create_context_precision_scorer(model=..., options={"context": [...]}).run(run)
 
 Where you build the pipeline yourself: `scoring_batch_processor(exporter)` (behind the batching), or the
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
         scoring_batch_processor,
     )
     from ragtrace.offline import (
+        aalign,
         aevaluate,
+        align,
         create_context_precision_scorer,
         create_context_recall_scorer,
         create_context_relevance_scorer,
@@ -49,6 +52,8 @@ _LAZY = {
     "Sampler": "ragtrace.live",
     "Redactor": "ragtrace.live",
     "evaluate": "ragtrace.offline",
+    "align": "ragtrace.offline",
+    "aalign": "ragtrace.offline",
     "aevaluate": "ragtrace.offline",
     "create_context_precision_scorer": "ragtrace.offline",
     "create_context_relevance_scorer": "ragtrace.offline",
@@ -71,7 +76,9 @@ __all__ = [
     "Redactor",
     "Sampler",
     "__version__",
+    "aalign",
     "aevaluate",
+    "align",
     "create_context_precision_scorer",
     "create_context_recall_scorer",
     "create_context_relevance_scorer",

@@ -13,7 +13,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 settings.register_profile("ragtrace", database=None)
 settings.load_profile("ragtrace")
 
-pytest_plugins = ["tests.servers.collector", "tests.servers.judge", "tests.servers.otlp"]
+pytest_plugins = ["tests.servers.collector", "tests.servers.judge", "tests.servers.otlp", "tests.servers.phoenix"]
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,14 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "data", help="JSON Lines, a JSON array (.json), CSV or TSV (contexts as a JSON list in its cell) of samples"
     )
+    add_field_options(parser)
+    add_run_options(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def add_field_options(parser: argparse.ArgumentParser) -> None:
+    """`--query-field` ... `--id-field` and `--format`: how a dataset file's columns are read (`eval`, `align`)."""
     fields = parser.add_argument_group(
         "field mapping", "each column is found by its first known name unless mapped: " + "; ".join(
             f"{field}: {', '.join(repr(name) for name in names)}" for field, names in KNOWN_NAMES.items()
@@ -29,9 +37,14 @@ def add_parser(subcommands: Any) -> argparse.ArgumentParser:
     for field in KNOWN_NAMES:
         fields.add_argument("--" + field.replace("_", "-") + "-field", metavar="NAME")
     fields.add_argument("--format", choices=("auto", *FORMATS), default="auto", help="default: by extension")
-    add_run_options(parser)
-    parser.set_defaults(func=run)
-    return parser
+
+
+def field_map(args: argparse.Namespace) -> FieldMap:
+    """The `--*-field` options as a FieldMap."""
+    return FieldMap(
+        query=args.query_field, contexts=args.contexts_field, response=args.response_field,
+        ground_truth=args.ground_truth_field, id=args.id_field,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,14 +53,10 @@ def run(args: argparse.Namespace) -> int:
     def load() -> list[EvalItem]:
         if args.max_line_bytes < 1:
             raise UsageError("--max-line-bytes must be >= 1")
-        fields = FieldMap(
-            query=args.query_field, contexts=args.contexts_field, response=args.response_field,
-            ground_truth=args.ground_truth_field, id=args.id_field,
-        )
-        rows = load_dataset(args.data, fields=fields, format=args.format, max_line_bytes=args.max_line_bytes)
+        rows = load_dataset(args.data, fields=field_map(args), format=args.format, max_line_bytes=args.max_line_bytes)
         return [EvalItem(index=r.index, id=r.id, sample=r.sample, extra={"line": r.line}) for r in rows]
 
     return score_items(args, "eval", args.data, load)
 
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_field_options", "add_parser", "field_map", "run"]

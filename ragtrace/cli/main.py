@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ragtrace._version import __version__
+from ragtrace.cli.align import add_parser as add_align
 from ragtrace.cli.demo import add_parser as add_demo
 from ragtrace.cli.eval import add_parser as add_eval
 from ragtrace.cli.explain import add_parser as add_explain
@@ -18,7 +19,7 @@ from ragtrace.cli.replay import add_parser as add_replay
 from ragtrace.cli.serve import add_parser as add_serve
 
 SUBCOMMANDS: tuple[Callable[[Any], argparse.ArgumentParser], ...] = (
-    add_demo, add_eval, add_replay, add_explain, add_serve
+    add_demo, add_eval, add_align, add_replay, add_explain, add_serve
 )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ragtrace._text import format_number, shorten
+from ragtrace.offline.agreement import mid_ranks
 from ragtrace.offline.dataset import MAX_LINE_BYTES, DatasetError
 
 EXACT_LIMIT = 50
@@ -33,28 +34,13 @@ class SignedRankTest(BaseModel):
     method: Literal["exact", "normal", "none"]
 
 
-def _ranks(values: Sequence[float]) -> list[float]:
-    """1-based ranks, ties sharing their average rank."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for k in range(start, end + 1):
-            ranks[order[k]] = (start + end) / 2 + 1
-        start = end + 1
-    return ranks
-
-
 def wilcoxon_signed_rank(differences: Sequence[float]) -> SignedRankTest:
     """W+ (sum of ranks of positive differences) and its two-sided p-value."""
     diffs = [round(d, 9) for d in differences if round(d, 9) != 0.0]
     n = len(diffs)
     if n == 0:
         return SignedRankTest(n=0, statistic=0.0, p_value=1.0, method="none")
-    ranks = _ranks([abs(d) for d in diffs])
+    ranks = mid_ranks([abs(d) for d in diffs])
     w_plus = sum(r for r, d in zip(ranks, diffs, strict=True) if d > 0)
     if n <= EXACT_LIMIT:
         doubled = [round(2 * r) for r in ranks]  # average ranks are halves: doubling makes them integers

@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,11 @@ class FieldMap:
     response: str | None = None
     ground_truth: str | None = None
     id: str | None = None
+    #: Columns kept as they are on `DatasetRow.extra`, beside the sample (`align` reads its labels there).
+    keep: tuple[str, ...] = ()
+
+    def kept(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {name: row[name] for name in self.keep if name in row}
 
     def column(self, field: str, row: dict[str, Any]) -> str:
         """The column that holds `field` in this row: the mapped one, else the first known name present."""
@@ -101,12 +107,14 @@ class FieldMap:
 
 @dataclass(frozen=True)
 class DatasetRow:
-    """One sample and where it came from: `index` counts samples from 0, `line` is the 1-based file line."""
+    """One sample and where it came from: `index` counts samples from 0, `line` is the 1-based file line.
+    `extra` holds the columns `FieldMap.keep` names, as read (a CSV cell as its text)."""
 
     index: int
     line: int
     id: str | None
     sample: RagSample
+    extra: dict[str, Any] = dataclass_field(default_factory=dict)
 
 
 # The key of a context object's text: ragtrace's, LangChain's `Document`, and the plain `text` most stores use.
@@ -269,7 +277,7 @@ def _row(name: str, number: int, row: Any, fields: FieldMap, index: int, what: s
     if not isinstance(row, dict):
         raise DatasetError(name, f"expected a JSON object {what}, got {type(row).__name__}", number)
     item_id, sample = row_to_sample(row, fields, name, number)
-    return DatasetRow(index=index, line=number, id=item_id, sample=sample)
+    return DatasetRow(index=index, line=number, id=item_id, sample=sample, extra=fields.kept(row))
 
 
 def _jsonl(name: str, documents: Iterable[tuple[int, str]], fields: FieldMap) -> list[DatasetRow]:
@@ -362,7 +370,7 @@ def _csv(path: Path, fields: FieldMap, max_line_bytes: int, delimiter: str) -> l
             if not any(v.strip() for v in cleaned.values()):
                 continue
             item_id, sample = row_to_sample(cleaned, fields, name, line, csv_row=True)
-            rows.append(DatasetRow(index=len(rows), line=line, id=item_id, sample=sample))
+            rows.append(DatasetRow(index=len(rows), line=line, id=item_id, sample=sample, extra=fields.kept(cleaned)))
     except csv.Error as exc:
         raise DatasetError(name, f"not valid CSV ({exc})", reader.line_num) from None
     return rows
