@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
+import aiohttp
 
 from ragtrace.judges.llm.transport import load_litellm
 
@@ -62,7 +62,7 @@ def classify(exc: BaseException, *, format_requested: bool) -> Failure:
     """What `exc` means. A format refusal is only one when the call asked for a structured output."""
     litellm = load_litellm()
     errors = litellm.exceptions  # litellm's top level exports PermissionDeniedError only from about 1.7x on
-    if isinstance(exc, TimeoutError | errors.Timeout | httpx.TimeoutException):
+    if isinstance(exc, TimeoutError | errors.Timeout):
         return Failure.TIMEOUT
     status = getattr(exc, "status_code", None)
     if format_requested and _rejects_format(exc, status):
@@ -71,7 +71,7 @@ def classify(exc: BaseException, *, format_requested: bool) -> Failure:
         return Failure.AUTH
     if status == 429:
         return Failure.RATE_LIMITED
-    if isinstance(exc, errors.APIConnectionError | httpx.TransportError):
+    if isinstance(exc, errors.APIConnectionError | aiohttp.ClientConnectionError | aiohttp.ClientPayloadError):
         return Failure.UNAVAILABLE
     if status is not None and (status >= 500 or status == 408):
         return Failure.UNAVAILABLE

@@ -52,7 +52,7 @@ class LLMJudge(PerProcessState):
     (default) streams only to a local model server or an endpoint that has timed out (`streaming`).
     `cache=True` (default) keeps a bounded in-memory `VerdictCache`; pass one to share it, or
     False/None to disable. Extra keyword arguments go to `litellm.acompletion` unchanged.
-    `openai/...` models go over httpx (`openai_http`), the others through litellm (`routing`); `transport`
+    `openai/...` models go over aiohttp (`openai_http`), the others through litellm (`routing`); `transport`
     replaces either (`transport.Transport`, e.g. `LiteLLMTransport`); api_base still names the endpoint.
     `path_counts()` says how often each fallback (format step-down, follow-up, retry, ...) was taken.
     """

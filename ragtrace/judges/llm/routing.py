@@ -1,7 +1,7 @@
-"""Which client carries a judge's calls: httpx for an OpenAI-compatible endpoint, litellm for the rest.
+"""Which client carries a judge's calls: aiohttp for an OpenAI-compatible endpoint, litellm for the rest.
 
 An `openai/...` model (OpenAI itself, or any server that speaks its chat API: vLLM, llama.cpp, Ollama's
-/v1, LM Studio, a proxy) goes through `OpenAIHttpTransport`, a third of litellm's CPU a call. Every other
+/v1, LM Studio, a proxy) goes through `OpenAIHttpTransport`, a tenth of litellm's CPU a call. Every other
 provider (anthropic, bedrock, vertex, azure, ollama/...) and any litellm keyword argument the light path
 does not honour (`openai_http.BODY_OPTIONS`) keeps `LiteLLMTransport`, which knows them all.
 """

@@ -16,7 +16,7 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import httpx
+import aiohttp
 import litellm
 import pytest
 from litellm.integrations.custom_logger import CustomLogger
@@ -90,7 +90,7 @@ SAMPLE = RagSample(
 EXPECTED = {"context_precision": 0.83, "context_relevance": 0.31, "context_recall": 0.67}
 
 
-# The clients an `openai/...` judge can go through: httpx (the default) and litellm (what every other
+# The clients an `openai/...` judge can go through: aiohttp (the default) and litellm (what every other
 # provider takes). The tests of failures and accounting run on both: the judge must not tell them apart.
 CLIENTS = ["http", "litellm"]
 
@@ -1032,14 +1032,17 @@ def test_judge_calls_run_with_instrumentation_suppressed(judge_server: JudgeServ
 def test_http_judge_calls_run_with_instrumentation_suppressed(judge_server: JudgeServer) -> None:
     seen: list[tuple[bool, bool]] = []
 
-    async def probe(request: httpx.Request) -> None:  # where httpx's instrumentation would make a span
+    async def probe(*_: Any) -> None:  # where aiohttp's instrumentation would make a span
         seen.append((is_instrumentation_enabled(), is_http_instrumentation_enabled()))
 
     class Probed(OpenAIHttpTransport):
-        def _client(self) -> httpx.AsyncClient:
-            client = super()._client()
-            client.event_hooks["request"] = [probe]
-            return client
+        async def _session(self) -> Any:
+            session = await super()._session()
+            trace = aiohttp.TraceConfig()
+            trace.on_request_start.append(probe)
+            trace.freeze()
+            session.client.trace_configs.append(trace)
+            return session
 
     transport = Probed("openai/judge-test", api_base=judge_server.url + "/v1", api_key="sk-test")
     result = score(make_judge(judge_server, transport=transport))

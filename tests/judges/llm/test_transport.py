@@ -1,4 +1,4 @@
-"""The transports on their own: one `Call` through the real litellm client, or over httpx
+"""The transports on their own: one `Call` through the real litellm client, or over aiohttp
 (`OpenAIHttpTransport`), to the real judge server."""
 
 from __future__ import annotations
