@@ -206,11 +206,13 @@ async def _read_events(lines: AsyncIterable[bytes]) -> Answer:
     usage: Mapping[str, Any] = {}
     reasoned = False
     last, repeats = None, 0
+    done = False
     async for line in lines:
         if not line.startswith(b"data:"):
             continue
         data = line[5:].strip()
         if data == b"[DONE]":
+            done = True
             break
         chunk = json.loads(data)
         if isinstance(chunk.get("error"), Mapping):  # an error sent inside the stream
@@ -229,6 +231,8 @@ async def _read_events(lines: AsyncIterable[bytes]) -> Answer:
         if repeats >= _REPEATS - 1:  # the model's doing: what it wrote so far is its answer, read like a cut one
             finish = REPEATED
             break
+    if not done and finish is None:  # the connection closed mid-answer: the server's doing, retried as an outage
+        raise aiohttp.ClientPayloadError("the stream ended before the answer did (no finish, no [DONE])")
     return Answer(
         "".join(pieces), finish, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
         None, reasoned,

@@ -516,6 +516,17 @@ def test_a_streamed_answer_padded_until_litellm_stops_it_is_read(judge_server: J
 
 
 @pytest.mark.parametrize("client", CLIENTS)
+def test_a_stream_dropped_before_its_end_is_retried_as_an_outage(judge_server: JudgeServer, client: str) -> None:
+    judge_server.script(Rewritten(stream_end="drop", drop_after=40))
+    judge = make_judge(judge_server, client, stream=True)
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 2
+    assert judge.path_counts()["transport_retries"] == 1
+
+
+@pytest.mark.parametrize("client", CLIENTS)
 def test_a_loop_stopped_before_any_answer_is_an_invalid_answer_not_an_outage(
     judge_server: JudgeServer, client: str
 ) -> None:
