@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -396,6 +397,10 @@ def unprocessable_refusal(kind: str) -> Status:
 
 class _Listening(ThreadingHTTPServer):
     request_queue_size = 128  # many clients connecting at once (http.server's 5 drops their SYNs for a second)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that left a kept-alive connection
+            super().handle_error(request, client_address)
 
 
 class JudgeServer:

@@ -4,8 +4,8 @@ litellm's per-call cost (its request and response models, logging hooks, and a s
 work on every chunk) is most of the judge's CPU: 10 ms a call, 30 ms streamed, on a 2-core machine
 where the judge's throughput is bound by CPU, not by the wire. An `openai/...` model is one POST of
 JSON, so this transport sends it itself with aiohttp (a litellm dependency; about 0.5 ms a call, 1 ms
-streamed, against 2.5-3.5 ms for httpx and 4-8 ms for the `openai` client: bench/judge_throughput.py's
-notes) and raises what `failures.classify` reads as it reads litellm's errors: a `status_code` and the
+streamed, against 2.5-3.5 ms for httpx and 4-8 ms for the `openai` client: bench/judge_clients.py)
+and raises what `failures.classify` reads as it reads litellm's errors: a `status_code` and the
 response's headers (Retry-After), aiohttp's connection errors, a timeout. litellm still counts the
 tokens and prices them (its offline map), and still carries every provider only it knows (`routing`).
 """
