@@ -1,35 +1,35 @@
-"""Live scoring throughput against an OpenAI-compatible HTTP judge that takes 200 ms per call.
+"""LLM judge throughput against an OpenAI-compatible HTTP judge that takes 200 ms per call, tree vs tree.
 
-The judge is the real `LLMJudge` (litellm, HTTP over 127.0.0.1) talking to the scripted server of
-tests/servers/judge.py, whose every answer arrives after `--latency` seconds (default 0.2) and is
-computed from the prompt. The judge's cache is off and every sample has its own query, contexts and
-response, so each sample costs one real HTTP call. Concurrency is 16 throughout.
+The judge server is the scripted server of tests/servers/judge.py from THIS bench's tree, run in a process
+of its own (so its CPU is nobody's, and an old tree under test needs none of its own test code): every
+answer arrives after `--latency` seconds (default 0.2) and is computed from the prompt. Each measurement
+runs in a fresh process whose PYTHONPATH is the tree under test (this one, or `--base DIR`, an old
+checkout), using only ragtrace's public API, so an old tree runs as it was. The judge's cache is off and
+every sample has its own texts: each sample is one real HTTP call. Concurrency is 16 throughout: the
+wire allows 16 / 0.2 = 80 samples/s; the target is 72 (90 %).
 
-Figures:
-- judge_samples_per_s: `judge_and_score` over N samples, all gathered at once and bounded by the
-  judge's own semaphore (concurrency 16); the clock covers the gather only.
-- processor_samples_per_s: the live path. N traces (root -> retrieval span with 3 documents + chat
-  span, via ragtrace.instrument) go through a TracerProvider whose processor is
-  RagScoringSpanProcessor(rate 1.0, concurrency 16, enrich) wrapping a span counter; the clock runs
-  from the first trace's start to the end of `force_flush`. Scored = exported retrieval spans with
-  `ragtrace.eval.status == "scored"`.
-- max_in_flight: the server's peak of concurrent requests, per figure.
-- details.*.cpu_ms_per_sample: this process's CPU time (all threads, the in-process judge server
-  included) per sample. The process has one GIL, so 1000 / cpu_ms_per_sample bounds samples/s
-  whatever the concurrency.
-- details.processor.worker_thread_cpu_ms_per_sample: the ragtrace worker thread alone (capture,
-  litellm's client, scoring, enrichment), without the server: what an app pays per sampled trace.
-- processor_scoring_process_samples_per_s and details.processor_scoring_process: the same live path with
-  `worker="process"`; its worker thread only ships traces and writes answers, so its CPU per sample is
-  what the app pays when judging (litellm's client included) runs in the scoring process.
-- exporter_scoring_process_samples_per_s: the same with ragtrace behind the SDK's batching
-  (RagScoringSpanExporter in a ScoringBatchSpanProcessor, 50 ms batches), the production setup.
+Modes (`--modes`):
+- judge: `judge_and_score` over N samples gathered at once; the clock covers the gather only.
+- processor: the live path in the app's process (`RagScoringSpanProcessor`, worker="thread").
+- install: the README's first snippet: a BatchSpanProcessor, then `ragtrace.install(provider, judge=...)`
+  (behind the batching, scoring in a scoring process of its own); clock from the first trace to
+  `force_flush`. Its judging process is the scoring process: `judging_cpu_ms_per_sample` is the CPU of
+  the runner's child processes (from /proc), `app_cpu_ms_per_sample` the app's own.
+- serve: `ragtrace serve`'s Gateway (gRPC OTLP in, scored spans out through a BatchSpanProcessor), fed by
+  a sender process; the gateway's process judges.
 
-At 200 ms per call and 16 in flight, the ceiling is 16 / 0.2 = 80 samples/s; the target is 40.
+Variants (`--variants`, each a set of LLMJudge keywords; a tree that lacks a keyword is skipped):
+- default: LLMJudge's defaults. On this tree an `openai/` model goes over httpx and, its server being on
+  127.0.0.1 (a local model server), streams; on an older tree, litellm streamed.
+- default_twin: the same again (an A/A twin: the spread between the two is the machine's noise).
+- stream_off / stream_on: `stream=False` / `stream=True`.
+- litellm_stream_off / litellm_stream_on: `transport=LiteLLMTransport(...)` (this tree's litellm path).
 
-    python bench/judge_throughput.py                 # prints one JSON object
-    python bench/judge_throughput.py --samples 200
-    python bench/judge_throughput.py --base main     # this tree's judge and live path against main's, alternated
+Every (tree, variant, mode) runs once per round, interleaved, `--rounds` times; figures are per round
+and their median. `cpu_ms_per_sample` is the judging process's CPU per judged sample.
+
+    python bench/judge_throughput.py --samples 200 --base /work/wt-base943 --rounds 2
+    python bench/judge_throughput.py --modes judge --variants default,default_twin,stream_off,litellm_stream_on
 """
 
 from __future__ import annotations
@@ -40,9 +40,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import argparse
 import asyncio
-import importlib
 import json
+import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -50,22 +52,66 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: ragtrace and tests.servers
-
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-
-from ragtrace.instrument import generation_span, retrieval_span
-from ragtrace.judges import LLMJudge, judge_and_score
-from ragtrace.scoring import ContextPrecision, ContextRelevance, RagSample
-from tests.servers.judge import JudgeServer, Valid
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import thread_cpu  # per-thread CPU from /proc
-
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 CONCURRENCY = 16
-TARGET = 40.0
+TARGET = 72.0
 WORDS = ("harbour", "glacier", "lantern", "meadow", "quarry", "orchard", "canyon", "beacon", "tundra", "delta")
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "default_twin": {},
+    "stream_off": {"stream": False},
+    "stream_on": {"stream": True},
+    "litellm_stream_off": {"transport": "litellm", "stream": False},
+    "litellm_stream_on": {"transport": "litellm", "stream": True},
+}
+MODES = ("judge", "processor", "install", "serve")
+
+
+# --- the judge server: this bench's own, in a process of its own ---------------------------------------
+
+
+def serve(latency: float) -> None:
+    """`--serve`: the scripted server; prints its URL, then answers `stats` / `reset` lines on stdin."""
+    sys.path.insert(0, str(ROOT))
+    from tests.servers.judge import JudgeServer, Valid
+
+    server = JudgeServer()
+    server.default = Valid(delay=latency)
+    server.start()
+    print(server.url, flush=True)
+    for line in sys.stdin:
+        if line.strip() == "reset":
+            with server._lock:
+                server.max_in_flight = server.in_flight
+                server.requests.clear()
+        print(json.dumps({"max_in_flight": server.max_in_flight, "requests": len(server.requests),
+                          "disconnects": server.disconnects}), flush=True)
+
+
+class Server:
+    """The scripted judge server's process, seen from the bench."""
+
+    def __init__(self, latency: float) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(latency)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
+
+    def ask(self, what: str) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(what + "\n")
+        self.process.stdin.flush()
+        return dict(json.loads(self.process.stdout.readline()))
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+# --- one measurement, in a process whose ragtrace is the tree under test --------------------------------
 
 
 def texts(i: int, tag: str) -> tuple[str, list[str], str]:
@@ -81,79 +127,66 @@ def texts(i: int, tag: str) -> tuple[str, list[str], str]:
     return query, contexts, response
 
 
-def make_judge(server: JudgeServer, package: str = "ragtrace") -> LLMJudge:
-    llm_judge = LLMJudge if package == "ragtrace" else importlib.import_module(package + ".judges").LLMJudge
-    return llm_judge(
-        "openai/judge-test", api_base=server.url + "/v1", api_key="x", concurrency=CONCURRENCY, cache=False
-    )
+def make_judge(url: str, variant: dict[str, Any]) -> Any:
+    import inspect
+
+    from ragtrace.judges import LLMJudge
+
+    options = dict(variant)
+    if options.pop("transport", None) == "litellm":
+        from ragtrace.judges.llm.transport import LiteLLMTransport
+
+        options["transport"] = LiteLLMTransport(
+            "openai/judge-test", api_base=url + "/v1", api_key="x", stream=options.get("stream")
+        )
+    accepted = inspect.signature(LLMJudge).parameters
+    if "transport" in options and "transport" not in accepted:
+        raise SystemExit("skip: this tree has no transport keyword")
+    return LLMJudge("openai/judge-test", api_base=url + "/v1", api_key="x", concurrency=CONCURRENCY, cache=False,
+                    **options)
 
 
-def start_server(latency: float) -> JudgeServer:
-    server = JudgeServer()
-    server.default = Valid(delay=latency)
-    return server.start()
+def cpu_of_children() -> float:
+    """CPU seconds of this process's live descendants (a scoring process), from /proc."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
-def warm_up(judge: LLMJudge, scorers: tuple[Any, ...]) -> None:
-    """One call outside the clock: litellm's lazy imports and provider setup."""
-    query, contexts, response = texts(0, "warmup")
-    asyncio.run(judge_and_score(RagSample(query=query, contexts=contexts, response=response), scorers, judge))
-
-
-def judge_throughput(samples: int, latency: float, package: str = "ragtrace") -> dict[str, Any]:
-    """The judge alone: `judge_and_score` of the tree `package` (`ragtrace`, or `ragtrace_base`), no live path."""
-    scoring = importlib.import_module(package + ".scoring")
-    score = importlib.import_module(package + ".judges").judge_and_score
-    server = start_server(latency)
-    try:
-        judge = make_judge(server, package)
-        scorers = (scoring.ContextPrecision(), scoring.ContextRelevance(), scoring.ContextRecall())
-        query, contexts, response = texts(0, "warmup")  # outside the clock: litellm's lazy imports and setup
-        asyncio.run(score(scoring.RagSample(query=query, contexts=contexts, response=response), scorers, judge))
-        server.max_in_flight = 0
-        batch = [
-            scoring.RagSample(query=q, contexts=c, response=r)
-            for q, c, r in (texts(i, "judge") for i in range(samples))
-        ]
-
-        async def run() -> list[Any]:
-            return await asyncio.gather(*(score(s, scorers, judge) for s in batch))
-
-        start, cpu = time.perf_counter(), time.process_time()
-        results = asyncio.run(run())
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-        scored = sum(1 for r in results if r.by_name()["context_precision"].score is not None)
-        return {
-            "samples_per_s": scored / elapsed,
-            "elapsed_s": elapsed,
-            "cpu_ms_per_sample": cpu * 1000 / samples,
-            "scored": scored,
-            "max_in_flight": server.max_in_flight,
-        }
-    finally:
-        server.stop()
-
-
-class Counter(SpanExporter):
-    """The exporting side: counts exported spans and scored retrieval spans."""
+class Counter:
+    """An exporter that counts exported spans and scored retrieval spans."""
 
     def __init__(self) -> None:
-        self.spans = 0
-        self.scored = 0
+        self.spans = self.scored = 0
         self._lock = threading.Lock()
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export(self, spans: Sequence[Any]) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
         with self._lock:
             for span in spans:
                 self.spans += 1
-                attrs = span.attributes or {}
-                # an older tree imported as ragtrace_base writes its attributes under that name
-                if "scored" in (attrs.get("ragtrace.eval.status"), attrs.get("ragtrace_base.eval.status")):
+                if (span.attributes or {}).get("ragtrace.eval.status") == "scored":
                     self.scored += 1
         return SpanExportResult.SUCCESS
 
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
 
 def send_traces(tracer: Any, samples: int, tag: str) -> None:
+    from ragtrace.instrument import generation_span, retrieval_span
+
     for i in range(samples):
         query, contexts, response = texts(i, tag)
         with tracer.start_as_current_span("rag request"):
@@ -163,125 +196,264 @@ def send_traces(tracer: Any, samples: int, tag: str) -> None:
                 generation.record(response)
 
 
-def processor_throughput(
-    samples: int, latency: float, worker: str = "thread", placement: str = "processor", package: str = "ragtrace"
-) -> dict[str, Any]:
-    """The live path of the tree `package` (`ragtrace`, or `ragtrace_base` with --base)."""
-    live = importlib.import_module(package + ".live")
+def run_judge(url: str, variant: dict[str, Any], samples: int) -> dict[str, Any]:
+    from ragtrace.judges import judge_and_score
+    from ragtrace.scoring import ContextPrecision, ContextRecall, ContextRelevance, RagSample
 
-    server = start_server(latency)
-    try:
-        judge = make_judge(server, package)
-        if package == "ragtrace":
-            warm_up(judge, (ContextPrecision(), ContextRelevance()))
-        exported = Counter()
-        options: dict[str, Any] = {
-            "judge": judge, "sampler": importlib.import_module(package + ".live.sampling").Sampler(1.0),
-            "concurrency": CONCURRENCY, "max_queue": samples + 10, "score_deadline": 60, "worker": worker,
-        }
-        before = set(threading.enumerate())
-        entry: SpanProcessor
-        if placement == "exporter":  # behind the SDK's batching
-            scoring = live.RagScoringSpanExporter(exported, **options)
-            processor = getattr(scoring, "processor", scoring)  # older trees count inside
-            entry = live.ScoringBatchSpanProcessor(scoring, schedule_delay_millis=50)
-        else:  # in front of the exporting processor
-            processor = entry = live.RagScoringSpanProcessor(SimpleSpanProcessor(exported), **options)
-        (worker_thread,) = [t for t in threading.enumerate() if t not in before and t.name == "ragtrace-worker"]
-        provider = TracerProvider()
+    judge = make_judge(url, variant)
+    scorers = (ContextPrecision(), ContextRelevance(), ContextRecall())
+    query, contexts, response = texts(0, "warmup")  # outside the clock: lazy imports, the first connection
+    asyncio.run(judge_and_score(RagSample(query=query, contexts=contexts, response=response), scorers, judge))
+    batch = [RagSample(query=q, contexts=c, response=r) for q, c, r in (texts(i, "judge") for i in range(samples))]
+
+    async def gather() -> list[Any]:
+        return await asyncio.gather(*(judge_and_score(s, scorers, judge) for s in batch))
+
+    start, cpu = time.perf_counter(), time.process_time()
+    results = asyncio.run(gather())
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    scored = sum(1 for r in results if r.by_name()["context_precision"].score is not None)
+    return {"elapsed_s": elapsed, "scored": scored, "judging_cpu_s": cpu}
+
+
+def run_live(url: str, variant: dict[str, Any], samples: int, mode: str) -> dict[str, Any]:
+    """`processor` (worker thread, in the app) or `install` (the README's first snippet)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+    import ragtrace
+
+    exported = Counter()
+    judge = make_judge(url, variant)
+    options: dict[str, Any] = {"concurrency": CONCURRENCY, "max_queue": samples + 10, "score_deadline": 60}
+    provider = TracerProvider()
+    if mode == "install":
+        provider.add_span_processor(BatchSpanProcessor(exported))  # type: ignore[arg-type]
+        entry: Any = ragtrace.install(provider, judge=judge, sample_rate=1.0, **options)
+    else:
+        from ragtrace.live import RagScoringSpanProcessor
+        from ragtrace.live.sampling import Sampler
+
+        entry = RagScoringSpanProcessor(
+            SimpleSpanProcessor(exported), judge=judge, sampler=Sampler(1.0), worker="thread", **options  # type: ignore[arg-type]
+        )
         provider.add_span_processor(entry)
-        tracer = provider.get_tracer("bench.judge_throughput")
-        send_traces(tracer, 1, "warmup")  # a scoring process starts, and warms litellm up, outside the clock
-        entry.force_flush(60_000)
-        exported.spans = exported.scored = server.max_in_flight = 0
-        # The thread whose CPU the app pays for under the GIL: with worker="process" it only ships traces
-        # and writes the answers; judging (litellm's client) happens in the scoring process.
-        start, cpu, worker_cpu = time.perf_counter(), time.process_time(), thread_cpu(worker_thread)
-        send_traces(tracer, samples, "live")
-        submitted = time.perf_counter() - start
-        flushed = entry.force_flush(120_000)
+    tracer = provider.get_tracer("bench.judge_throughput")
+    send_traces(tracer, 2, "warmup")  # a scoring process starts and warms up outside the clock
+    provider.force_flush(120_000)
+    exported.spans = exported.scored = 0
+    start, cpu, children = time.perf_counter(), time.process_time(), cpu_of_children()
+    send_traces(tracer, samples, "live")
+    provider.force_flush(300_000)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    children = cpu_of_children() - children
+    provider.shutdown()
+    judging = children if mode == "install" else cpu
+    return {"elapsed_s": elapsed, "scored": exported.scored, "judging_cpu_s": judging, "app_cpu_s": cpu}
+
+
+def _sender(port: int, samples: int, ready: Any, go: Any) -> None:
+    """Child process: the traces encoded first; 2 warm-up traces sent on `ready`'s first set, the rest
+    as OTLP/gRPC requests of 50 traces, 4 in flight, once `go` is set."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    send_traces(provider.get_tracer("bench"), 2, "serve-warmup")
+    warmup = encode_spans(memory.get_finished_spans()).SerializeToString()
+    memory.clear()
+    payloads = []
+    for start in range(0, samples, 50):
+        send_traces(provider.get_tracer("bench"), min(50, samples - start), f"serve{start}")
+        payloads.append(encode_spans(memory.get_finished_spans()).SerializeToString())
+        memory.clear()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    export = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                                 request_serializer=None, response_deserializer=None)
+    export(warmup, timeout=300)
+    ready.set()
+    go.wait()
+    with futures.ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda body: export(body, timeout=300), payloads))
+    channel.close()
+
+
+def run_serve(url: str, variant: dict[str, Any], samples: int) -> dict[str, Any]:
+    """`ragtrace serve`'s Gateway: OTLP in from a sender process, judged here, counted on the way out."""
+    import multiprocessing
+
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from ragtrace.gateway import Gateway
+    from ragtrace.live.sampling import Sampler
+    from ragtrace.live.settings import RagtraceSettings
+
+    exported = Counter()
+    settings = RagtraceSettings(sample_rate=1.0, max_queue=samples + 10, score_deadline=300, concurrency=CONCURRENCY)
+    gateway = Gateway(
+        settings, judge=make_judge(url, variant), grpc_port=0, http_port=None, trace_settle=0.0,
+        exporting=BatchSpanProcessor(exported, schedule_delay_millis=20),  # type: ignore[arg-type]
+        sampler=Sampler(1.0), tick_interval=0.01,
+    ).start()
+    try:
+        context = multiprocessing.get_context("spawn")
+        ready, go = context.Event(), context.Event()
+        sender = context.Process(target=_sender, args=(gateway.grpc_port, samples, ready, go))
+        sender.start()
+        ready.wait(300)
+        until = time.monotonic() + 120
+        while exported.scored < 2 and time.monotonic() < until:  # the warm-up traces, outside the clock
+            time.sleep(0.01)
+        exported.scored = 0
+        start, cpu = time.perf_counter(), time.process_time()
+        go.set()
+        until = time.monotonic() + 300
+        while exported.scored < samples and time.monotonic() < until:
+            time.sleep(0.005)
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-        worker_cpu = thread_cpu(worker_thread) - worker_cpu
-        decisions = processor.decisions
-        provider.shutdown()
-        return {
-            "samples_per_s": exported.scored / elapsed,
-            "elapsed_s": elapsed,
-            "submit_s": submitted,
-            "cpu_ms_per_sample": cpu * 1000 / samples,
-            "worker_thread_cpu_ms_per_sample": worker_cpu * 1000 / samples,
-            "scored": exported.scored,
-            "spans_exported": exported.spans,
-            "flushed": flushed,
-            "max_in_flight": server.max_in_flight,
-            "decisions": decisions,
-        }
+        sender.join(60)
     finally:
-        server.stop()
+        gateway.shutdown()
+    return {"elapsed_s": elapsed, "scored": exported.scored, "judging_cpu_s": cpu}
+
+
+def measure(url: str, variant: str, mode: str, samples: int) -> dict[str, Any]:
+    """`--run`: one measurement of the ragtrace on this process's PYTHONPATH."""
+    options = VARIANTS[variant]
+    if mode == "judge":
+        found = run_judge(url, options, samples)
+    elif mode == "serve":
+        found = run_serve(url, options, samples)
+    else:
+        found = run_live(url, options, samples, mode)
+    import ragtrace
+
+    result = {
+        "samples_per_s": round(found["scored"] / found["elapsed_s"], 1),
+        "cpu_ms_per_sample": round(found["judging_cpu_s"] * 1000 / samples, 2),
+        "scored": found["scored"],
+        "tree": str(Path(ragtrace.__file__).resolve().parents[1]),
+    }
+    if "app_cpu_s" in found:
+        result["app_cpu_ms_per_sample"] = round(found["app_cpu_s"] * 1000 / samples, 2)
+    return result
+
+
+# --- the bench: trees, variants and modes, interleaved -------------------------------------------------
+
+
+def tree_dir(spec: str) -> Path:
+    """A tree to measure: a directory holding `ragtrace/`, or a git revision of this repo (exported)."""
+    path = Path(spec)
+    if (path / "ragtrace").is_dir():
+        return path.resolve()
+    into = Path(tempfile.mkdtemp(prefix="ragtrace-base-"))
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", spec, "ragtrace"], check=True, capture_output=True)
+    with tempfile.TemporaryFile() as file:
+        file.write(archive.stdout)
+        file.seek(0)
+        with tarfile.open(fileobj=file) as tar:
+            tar.extractall(into, filter="data")
+    return into
+
+
+def one_run(tree: Path, server: Server, variant: str, mode: str, samples: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(tree), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    server.ask("reset")
+    done = subprocess.run(
+        [sys.executable, __file__, "--run", mode, "--variant", variant, "--url", server.url, "--samples", str(samples)],
+        env=env, capture_output=True, text=True, cwd=tempfile.gettempdir(),
+    )
+    stats = server.ask("stats")
+    if done.returncode != 0:
+        last = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["?"]
+        return {"error": last[0][:300]}
+    result = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    result["max_in_flight"] = stats["max_in_flight"]
+    if str(tree) != result.pop("tree"):
+        return {"error": f"imported ragtrace from elsewhere than {tree}"}
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=400)
+    parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--latency", type=float, default=0.2, help="the judge server's delay per call (s)")
-    parser.add_argument("--base", help="a git revision: its judge and live path too, alternated with this tree's")
+    parser.add_argument("--base", help="an old tree: a directory holding ragtrace/, or a git revision")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--modes", default="judge,install,serve", help=f"comma-separated, of {MODES}")
+    parser.add_argument("--variants", default="default,default_twin,stream_off,litellm_stream_on,litellm_stream_off",
+                        help=f"this tree's, comma-separated, of {tuple(VARIANTS)}")
+    parser.add_argument("--base-variants", default="default,stream_off")
+    parser.add_argument("--serve", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--run", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve is not None:
+        return serve(args.serve)
+    if args.run:
+        print(json.dumps(measure(args.url, args.variant, args.run, args.samples)))
+        return None
+    trees = {"new": ROOT}
     if args.base:
-        from worker_ab import export_base
-
-        export_base(args.base, Path(tempfile.mkdtemp(prefix="ragtrace-base-")))
-        old_new: dict[str, list[dict[str, Any]]] = {}
-        for _ in range(2):  # alternated, so that both trees see the same machine speeds
-            for package in ("ragtrace", "ragtrace_base"):
-                run = judge_throughput(args.samples, args.latency, package)
-                old_new.setdefault(f"{package}:judge", []).append(
-                    {k: round(run[k], 2) for k in ("samples_per_s", "cpu_ms_per_sample")} | {"scored": run["scored"]}
-                )
-                for worker, placement in (("thread", "processor"), ("process", "exporter")):
-                    run = processor_throughput(args.samples, args.latency, worker, placement, package)
-                    old_new.setdefault(f"{package}:{placement}/{worker}", []).append(
-                        {k: round(run[k], 2) for k in ("samples_per_s", "cpu_ms_per_sample",
-                                                       "worker_thread_cpu_ms_per_sample")} | {"scored": run["scored"]}
+        trees["base"] = tree_dir(args.base)
+    plan = [("new", v) for v in args.variants.split(",")]
+    plan += [("base", v) for v in args.base_variants.split(",")] if args.base else []
+    modes = args.modes.split(",")
+    server = Server(args.latency)
+    runs: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for _ in range(args.rounds):
+            for mode in modes:
+                for tree, variant in plan:
+                    runs.setdefault(f"{tree}:{variant}:{mode}", []).append(
+                        one_run(trees[tree], server, variant, mode, args.samples)
                     )
-        print(json.dumps({"samples": args.samples, "judge_latency_s": args.latency, "old_new": old_new,
-                          "base": args.base, "load_average_1m": round(os.getloadavg()[0], 2)}, indent=2))
-        return
-    judge = judge_throughput(args.samples, args.latency)
-    live = processor_throughput(args.samples, args.latency)
-    remote = processor_throughput(args.samples, args.latency, worker="process")
-    behind = processor_throughput(args.samples, args.latency, worker="process", placement="exporter")
+    finally:
+        server.stop()
     print(json.dumps({
-        "judge_samples_per_s": round(judge["samples_per_s"], 1),
-        "processor_samples_per_s": round(live["samples_per_s"], 1),
-        "processor_scoring_process_samples_per_s": round(remote["samples_per_s"], 1),
-        # RagScoringSpanExporter behind a ScoringBatchSpanProcessor, scoring process: the production setup
-        "exporter_scoring_process_samples_per_s": round(behind["samples_per_s"], 1),
-        "concurrency": CONCURRENCY,
-        "judge_latency_s": args.latency,
-        "samples": args.samples,
-        "max_in_flight": {
-            "judge": judge["max_in_flight"], "processor": live["max_in_flight"],
-            "processor_scoring_process": remote["max_in_flight"], "exporter_scoring_process": behind["max_in_flight"],
-        },
-        "decisions": live["decisions"],
-        "decisions_scoring_process": remote["decisions"],
-        "target": TARGET,
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpus": os.cpu_count(),
-        "details": {
-            "judge": {k: judge[k] for k in ("elapsed_s", "cpu_ms_per_sample", "scored")},
-            **{
-                name: {
-                    k: run[k]
-                    for k in ("elapsed_s", "submit_s", "cpu_ms_per_sample", "worker_thread_cpu_ms_per_sample",
-                              "scored", "spans_exported", "flushed")
-                }
-                for name, run in (
-                    ("processor", live), ("processor_scoring_process", remote), ("exporter_scoring_process", behind)
-                )
-            },
-        },
-    }, indent=2))
+        "samples": args.samples, "judge_latency_s": args.latency, "concurrency": CONCURRENCY,
+        "wire_limit_samples_per_s": CONCURRENCY / args.latency, "target": TARGET,
+        "trees": {name: str(path) for name, path in trees.items()},
+        "median": summary(runs), "ratios_vs_base_default": ratios(runs, modes), "runs": runs,
+        "load_average_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
+    }, indent=1))
+    return None
+
+
+def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, found in runs.items():
+        good = [r for r in found if "error" not in r]
+        if not good:
+            out[key] = found[0]
+            continue
+        out[key] = {name: round(statistics.median(r[name] for r in good), 2)
+                    for name in ("samples_per_s", "cpu_ms_per_sample", "app_cpu_ms_per_sample") if name in good[0]}
+    return out
+
+
+def ratios(runs: dict[str, list[dict[str, Any]]], modes: list[str]) -> dict[str, Any]:
+    """Samples/s of each of this tree's variants over the old tree's default, per round (same machine speed)."""
+    out: dict[str, Any] = {}
+    for mode in modes:
+        base = runs.get(f"base:default:{mode}", [])
+        for key, found in runs.items():
+            if not key.startswith("new:") or not key.endswith(":" + mode):
+                continue
+            pairs = [(n["samples_per_s"], b["samples_per_s"]) for n, b in zip(found, base, strict=False)
+                     if "error" not in n and "error" not in b and b["samples_per_s"]]
+            if pairs:
+                out[key] = [round(n / b, 2) for n, b in pairs]
+    return out
 
 
 if __name__ == "__main__":

@@ -186,6 +186,7 @@ class ScoringWorker:
                 task.cancel()
             if self._tasks:
                 loop.run_until_complete(asyncio.wait(list(self._tasks), timeout=1.0))
+            loop.run_until_complete(loop.shutdown_asyncgens())  # as asyncio.run: judges' HTTP sessions close
         except Exception:
             logger.exception("ragtrace: worker loop failed")
         finally:

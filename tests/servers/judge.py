@@ -12,15 +12,16 @@ and computes verdicts deterministically (see `oracle`). A test scripts what the 
 
 Endpoint traits that persist are attributes: `reject_formats={"json_schema"}` refuses that
 structured-output type the way `refusal` says (llama-cpp-python's 500, llama.cpp's, vLLM's, Ollama's
-shapes are below). A request with `stream: true` gets server-sent events, chunk by chunk; a client that
-closes the stream is counted in `disconnects`. Every request body is recorded, and so is the peak
-number of requests in flight.
+shapes are below). A request with `stream: true` gets server-sent events, chunk by chunk, on a kept-alive
+connection; a client that closes the stream is counted in `disconnects`. Every request body is recorded,
+and so is the peak number of requests in flight.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -394,6 +395,14 @@ def unprocessable_refusal(kind: str) -> Status:
 # --- the server --------------------------------------------------------------------------------------
 
 
+class _Listening(ThreadingHTTPServer):
+    request_queue_size = 128  # many clients connecting at once (http.server's 5 drops their SYNs for a second)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that left a kept-alive connection
+            super().handle_error(request, client_address)
+
+
 class JudgeServer:
     """The scripted server. `script()` queues behaviours; `default` answers once the queue is empty."""
 
@@ -411,7 +420,7 @@ class JudgeServer:
         self._queue: deque[Behaviour] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = _Listening(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="judge-server", daemon=True)
 
@@ -532,30 +541,39 @@ class JudgeServer:
                     pass  # the client gave up (a timeout test); nothing to answer
 
             def _stream(self, body: dict[str, Any], reply: Reply) -> None:
-                """Server-sent events, written chunk by chunk; a closed connection stops the "generation"."""
-                self.close_connection = True
+                """Server-sent events, written chunk by chunk on a kept-alive connection (chunked encoding, as
+                vLLM's and llama.cpp's servers send them); a closed connection stops the "generation". A
+                stream that drops ends its connection mid-answer, with no end of the body."""
+                dropping = reply.stream_end == "drop"
+                self.close_connection = dropping
                 try:
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Connection", "close")
+                    self.send_header("Connection", "close") if dropping else self.send_header(
+                        "Transfer-Encoding", "chunked"
+                    )
                     self.end_headers()
                     for chunk in server._chunks(body, reply):
-                        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                        self.wfile.flush()
+                        self._write(b"data: " + json.dumps(chunk).encode() + b"\n\n", chunked=not dropping)
                         with server._lock:
                             server.chunks_sent += 1
                         if reply.chunk_delay and server._stopping.wait(reply.chunk_delay):
+                            self.close_connection = True
                             return
-                    if reply.stream_end == "drop":
+                    if dropping:
                         return  # the connection closes mid-answer: no finish, no [DONE]
                     while reply.stream_end == "forever" and not server._stopping.wait(0.05):
-                        self.wfile.write(b": keep-alive\n\n")
-                        self.wfile.flush()
-                    self.wfile.write(b"data: [DONE]\n\n")
-                    self.wfile.flush()
+                        self._write(b": keep-alive\n\n")
+                    self._write(b"data: [DONE]\n\n")
+                    self._write(b"")  # the end of the chunked body: the connection can carry the next request
                 except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
                     with server._lock:
                         server.disconnects += 1
+
+            def _write(self, data: bytes, chunked: bool = True) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+                self.wfile.flush()
 
         return Handler
 

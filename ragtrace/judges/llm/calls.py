@@ -30,6 +30,7 @@ from ragtrace.judges.llm.failures import AUTH_HINT, Failure, Scrubber, backoff, 
 from ragtrace.judges.llm.part import Part
 from ragtrace.judges.llm.prompt import Prompt, TokenCount
 from ragtrace.judges.llm.schema import Mode, endpoint_mode, response_format, step_down
+from ragtrace.judges.llm.streaming import note_timeout
 from ragtrace.judges.llm.transport import Answer, Call, Transport, conversation_text
 from ragtrace.scoring import JudgeUsage
 
@@ -167,6 +168,7 @@ class ModelCaller(PerProcessState):
         limits = self.limits
         if failure is Failure.TIMEOUT:
             self._note("timeouts")
+            note_timeout(self.endpoint)  # its later calls stream, so that a cancel frees the server
             raise JudgeTimeout(
                 f"judge call timed out after {limits.timeout:g}s (raise it with --judge-timeout / "
                 "RAGTRACE_JUDGE_TIMEOUT, or ask less per call with contexts_per_call)",

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
+
 from ragtrace.judges.llm.transport import load_litellm
 
 MAX_BACKOFF = 60.0
@@ -69,7 +71,9 @@ def classify(exc: BaseException, *, format_requested: bool) -> Failure:
         return Failure.AUTH
     if status == 429:
         return Failure.RATE_LIMITED
-    if isinstance(exc, errors.APIConnectionError) or (status is not None and (status >= 500 or status == 408)):
+    if isinstance(exc, errors.APIConnectionError | aiohttp.ClientConnectionError | aiohttp.ClientPayloadError):
+        return Failure.UNAVAILABLE
+    if status is not None and (status >= 500 or status == 408):
         return Failure.UNAVAILABLE
     return Failure.OTHER
 

@@ -31,9 +31,10 @@ from ragtrace.judges.llm.part import FUSED_VERSION, PER_ASPECT_VERSION, REASON_C
 from ragtrace.judges.llm.planning import Planner
 from ragtrace.judges.llm.prompt import Prompting, prompt_digest
 from ragtrace.judges.llm.reading import Reading
+from ragtrace.judges.llm.routing import default_transport
 from ragtrace.judges.llm.schema import Mode
 from ragtrace.judges.llm.tracing import JudgeTraces, TracedTransport
-from ragtrace.judges.llm.transport import LiteLLMTransport, TokenCounter, Transport, load_litellm
+from ragtrace.judges.llm.transport import TokenCounter, Transport, load_litellm
 from ragtrace.scoring import Aspect, ContextVerdict, JudgeUsage, Verdicts, check_verdicts
 from ragtrace.scoring.verdicts import ClaimVerdict
 
@@ -55,10 +56,12 @@ class LLMJudge(PerProcessState):
     model), the request is split per aspect and then into chunks of contexts; `contexts_per_call` forces
     chunks of that many contexts (small local models answer short questions faster and better).
     `max_tokens` caps each answer (default: derived from what the call asks); `timeout` bounds each call,
-    whose request is cancelled, not left running (`stream=True` lets the server see the cancel).
+    whose request is cancelled, not left running: `stream=True` lets the server see the cancel, `None`
+    (default) streams only to a local model server or an endpoint that has timed out (`streaming`).
     `cache=True` (default) keeps a bounded in-memory `VerdictCache`; pass one to share it, or
     False/None to disable. Extra keyword arguments go to `litellm.acompletion` unchanged.
-    `transport` replaces the litellm client (`transport.Transport`); api_base still names the endpoint.
+    `openai/...` models go over aiohttp (`openai_http`), the others through litellm (`routing`); `transport`
+    replaces either (`transport.Transport`, e.g. `LiteLLMTransport`); api_base still names the endpoint.
     `traces` (`tracing.JudgeTraces`, off by default) records each judgement and its calls as spans on a
     tracer provider that is not the app's, and the scores name that trace (`ragtrace.judge.trace_id`).
     `path_counts()` says how often each fallback (format step-down, follow-up, retry, ...) was taken.
@@ -86,7 +89,7 @@ class LLMJudge(PerProcessState):
         reason_chars: int = REASON_CHARS,
         contexts_per_call: int | None = None,
         context_window: int | None = None,
-        stream: bool = True,
+        stream: bool | None = None,
         cache: VerdictCache | bool | None = True,
         temperature: float = 0.0,
         temperature_step: float = 0.3,
@@ -118,7 +121,7 @@ class LLMJudge(PerProcessState):
         self._paths: Counter[str] = Counter()
         self._lock = threading.Lock()
         if transport is None:
-            transport = LiteLLMTransport(
+            transport = default_transport(
                 model, api_base=api_base, api_key=api_key, timeout=timeout, stream=stream, **litellm_kwargs
             )
         self.traces = traces

@@ -1,18 +1,22 @@
 """The judge's one way to a model: a `Transport` sends one completion and returns its `Answer`.
 
-`LiteLLMTransport` is the default and the only module that calls litellm for completions: it builds
-litellm's arguments, reads a stream to its end (closing it in any case, so a cancelled call stops the
-server's generation), and counts and prices the tokens of servers that report no usage. A test can
-pass any object with the same `complete` to `LLMJudge(transport=...)`; errors it raises are read by
-`failures.classify` as litellm's are (a `status_code`, litellm's exception types).
+`LiteLLMTransport` is the only module that calls litellm for completions (every provider but the
+OpenAI-compatible ones, which `openai_http` speaks to itself; `routing` chooses): it builds litellm's
+arguments, reads a stream to its end (closing it in any case, so a cancelled call stops the server's
+generation), and counts and prices the tokens of servers that report no usage (`with_usage`, shared by
+both). A test can pass any object with the same `complete` to `LLMJudge(transport=...)`; errors it raises
+are read by `failures.classify` as litellm's are (a `status_code`, litellm's exception types).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
+
+from ragtrace.judges.llm.streaming import streams
 
 __all__ = [
     "REPEATED",
@@ -23,6 +27,8 @@ __all__ = [
     "Transport",
     "conversation_text",
     "load_litellm",
+    "text_of",
+    "with_usage",
 ]
 
 # litellm stops a stream whose model sends the same chunk 100 times over (a JSON-mode model padding its
@@ -88,7 +94,8 @@ class LiteLLMTransport:
     """`litellm.acompletion` to `model`, with no retries of its own (the judge retries, knowing why).
 
     `stream=True` reads the answer as a stream, so a cancelled call closes its connection and the server
-    sees it. Extra keyword arguments go to `litellm.acompletion` unchanged.
+    sees it; `None` streams where `streaming.streams` says it is worth it. Extra keyword arguments go to
+    `litellm.acompletion` unchanged.
     """
 
     def __init__(
@@ -98,7 +105,7 @@ class LiteLLMTransport:
         api_base: str | None = None,
         api_key: str | None = None,
         timeout: float = 30.0,
-        stream: bool = True,
+        stream: bool | None = None,
         **litellm_kwargs: Any,
     ) -> None:
         self.model = model
@@ -114,12 +121,15 @@ class LiteLLMTransport:
 
     async def complete(self, call: Call) -> Answer:
         litellm = load_litellm()
-        kwargs = self._arguments(call)
-        if not self.stream:
-            return self._counted(_from_response(await litellm.acompletion(**kwargs), litellm), call, litellm)
-        return self._counted(await _read_stream(await litellm.acompletion(**kwargs)), call, litellm)
+        stream = streams(self.stream, (self.api_base or "", self.model))
+        kwargs = self._arguments(call, stream)
+        if not stream:
+            answer = _from_response(await litellm.acompletion(**kwargs), litellm)
+        else:
+            answer = await _read_stream(await litellm.acompletion(**kwargs))
+        return with_usage(answer, call, self.model, self._count)
 
-    def _arguments(self, call: Call) -> dict[str, Any]:
+    def _arguments(self, call: Call, stream: bool) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.model,
             "messages": call.messages,
@@ -130,7 +140,7 @@ class LiteLLMTransport:
             "num_retries": 0,
             **self._kwargs,
         }
-        if self.stream:
+        if stream:
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}
         if self.api_base is not None:
@@ -141,21 +151,20 @@ class LiteLLMTransport:
             kwargs["response_format"] = call.response_format
         return kwargs
 
-    def _counted(self, answer: Answer, call: Call, litellm: Any) -> Answer:
-        """The answer with tokens and price: servers that report no usage (llama-cpp-python's stream,
-        some servers' plain replies) get our own count, priced as litellm prices the model."""
-        if answer.input_tokens:
-            if answer.cost is not None:
-                return answer
-            return replace(answer, cost=_priced(litellm, self.model, answer.input_tokens, answer.output_tokens))
-        input_tokens = self._count(conversation_text(call.messages))
-        output_tokens = self._count(answer.content) if answer.content else 0
-        return replace(
-            answer,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cost=_priced(litellm, self.model, input_tokens, output_tokens),
-        )
+
+def with_usage(answer: Answer, call: Call, model: str, count: Callable[[str], int]) -> Answer:
+    """The answer with tokens and price: servers that report no usage (llama-cpp-python's stream,
+    some servers' plain replies) get our own count, priced as litellm prices the model."""
+    if answer.input_tokens:
+        if answer.cost is not None:
+            return answer
+        return replace(answer, cost=_priced(model, answer.input_tokens, answer.output_tokens))
+    input_tokens = count(conversation_text(call.messages))
+    output_tokens = count(answer.content) if answer.content else 0
+    return replace(
+        answer, input_tokens=input_tokens, output_tokens=output_tokens,
+        cost=_priced(model, input_tokens, output_tokens),
+    )
 
 
 def conversation_text(messages: list[dict[str, str]]) -> str:
@@ -172,7 +181,7 @@ async def _read_stream(stream: Any) -> Answer:
     try:
         async for chunk in stream:
             for choice in getattr(chunk, "choices", None) or []:
-                pieces.append(_text_of(getattr(choice.delta, "content", None)))
+                pieces.append(text_of(getattr(choice.delta, "content", None)))
                 reasoned = reasoned or bool(getattr(choice.delta, "reasoning_content", None))
                 finish = getattr(choice, "finish_reason", None) or finish
             usage = getattr(chunk, "usage", None) or usage
@@ -190,18 +199,24 @@ async def _read_stream(stream: Any) -> Answer:
     return Answer("".join(pieces), finish, input_tokens, output_tokens, None, reasoned)
 
 
-def _priced(litellm: Any, model: str, input_tokens: int, output_tokens: int) -> float | None:
+_UNPRICED: set[str] = set()  # models litellm's map has no price for (asking again costs 0.3 ms a call)
+
+
+def _priced(model: str, input_tokens: int, output_tokens: int) -> float | None:
     """The price litellm's bundled map gives these tokens, or None for a model it does not price."""
+    if model in _UNPRICED:
+        return None
     try:
-        prompt_cost, completion_cost = litellm.cost_per_token(
+        prompt_cost, completion_cost = load_litellm().cost_per_token(
             model=model, prompt_tokens=input_tokens, completion_tokens=output_tokens
         )
     except Exception:  # unknown price: no cost, never an error
+        _UNPRICED.add(model)
         return None
     return float(prompt_cost) + float(completion_cost)
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
     """A message's text: a string, or the text parts of a list of content parts (Mistral's reasoning
     models send `[{"type": "thinking", ...}, {"type": "text", "text": ...}]`; the thinking is not the answer)."""
     if content is None:
@@ -226,7 +241,7 @@ def _from_response(response: Any, litellm: Any) -> Answer:
     except Exception:
         cost = None
     return Answer(
-        content=_text_of(choice.message.content),
+        content=text_of(choice.message.content),
         finish_reason=getattr(choice, "finish_reason", None),
         input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),

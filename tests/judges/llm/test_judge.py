@@ -16,6 +16,7 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import aiohttp
 import litellm
 import pytest
 from litellm.integrations.custom_logger import CustomLogger
@@ -30,12 +31,13 @@ from ragtrace.judges import (
     VerdictCache,
     judge_and_score,
 )
+from ragtrace.judges.llm.openai_http import OpenAIHttpTransport
 from ragtrace.judges.llm.parsing import parse_cut_json, parse_json
 from ragtrace.judges.llm.part import Part
 from ragtrace.judges.llm.planning import known_window as _known_window
 from ragtrace.judges.llm.prompt import cut_to_budget
 from ragtrace.judges.llm.schema import answer_schema, output_budget
-from ragtrace.judges.llm.transport import TokenCounter
+from ragtrace.judges.llm.transport import LiteLLMTransport, TokenCounter
 from ragtrace.scoring import (
     Aspect,
     ContextPrecision,
@@ -88,10 +90,25 @@ SAMPLE = RagSample(
 EXPECTED = {"context_precision": 0.83, "context_relevance": 0.31, "context_recall": 0.67}
 
 
-def make_judge(server: JudgeServer, **kwargs: Any) -> LLMJudge:
+# The clients an `openai/...` judge can go through: aiohttp (the default) and litellm (what every other
+# provider takes). The tests of failures and accounting run on both: the judge must not tell them apart.
+CLIENTS = ["http", "litellm"]
+
+
+def make_judge(server: JudgeServer, client: str = "http", **kwargs: Any) -> LLMJudge:
     kwargs.setdefault("backoff_base", 0.01)
     kwargs.setdefault("api_key", "sk-test")
-    return LLMJudge("openai/judge-test", api_base=server.url + "/v1", **kwargs)
+    return LLMJudge("openai/judge-test", api_base=server.url + "/v1", **with_client(client, server.url + "/v1", kwargs))
+
+
+def with_client(client: str, api_base: str, kwargs: dict[str, Any], model: str = "openai/judge-test") -> dict[str, Any]:
+    """The judge's keywords, with litellm's transport when `client` says so (same key, timeout, stream)."""
+    if client == "litellm":
+        kwargs["transport"] = LiteLLMTransport(
+            model, api_base=api_base, api_key=kwargs.get("api_key"), timeout=kwargs.get("timeout", 30.0),
+            stream=kwargs.get("stream"),
+        )
+    return kwargs
 
 
 def score(judge: Judge, sample: RagSample = SAMPLE) -> SampleScores:
@@ -125,8 +142,9 @@ def schema_fields(body: dict[str, Any]) -> set[str]:
 # --- the happy path --------------------------------------------------------------------------------------
 
 
-def test_fused_answer_scores_all_three_in_one_call(judge_server: JudgeServer) -> None:
-    judge = make_judge(judge_server)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_fused_answer_scores_all_three_in_one_call(judge_server: JudgeServer, client: str) -> None:
+    judge = make_judge(judge_server, client)
     assert isinstance(judge, Judge)
 
     result = score(judge)
@@ -191,9 +209,10 @@ def test_non_fused_judge_asked_for_several_aspects_merges_per_aspect_answers(
 # --- structured output fallbacks ---------------------------------------------------------------------------
 
 
-def test_endpoint_rejecting_json_schema_falls_back_to_json_mode_once(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_endpoint_rejecting_json_schema_falls_back_to_json_mode_once(judge_server: JudgeServer, client: str) -> None:
     judge_server.reject_formats = {"json_schema"}  # answered 422
-    judge = make_judge(judge_server)
+    judge = make_judge(judge_server, client)
 
     first = score(judge)
 
@@ -234,15 +253,18 @@ def test_endpoint_without_any_json_mode_gets_the_schema_in_the_prompt(judge_serv
     assert judge.mode == "text"
 
 
+@pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize(
     "refusal",
     [llama_cpp_python_refusal, llama_cpp_server_refusal, vllm_refusal, ollama_refusal],
     ids=["llama-cpp-python-500", "llama.cpp-server-500", "vllm-400", "ollama-400"],
 )
-def test_a_refusal_of_the_format_steps_down_whatever_its_status(judge_server: JudgeServer, refusal: Any) -> None:
+def test_a_refusal_of_the_format_steps_down_whatever_its_status(
+    judge_server: JudgeServer, client: str, refusal: Any
+) -> None:
     judge_server.reject_formats = {"json_schema"}
     judge_server.refusal = refusal
-    judge = make_judge(judge_server, max_retries=3)
+    judge = make_judge(judge_server, client, max_retries=3)
 
     result = score(judge)
 
@@ -480,11 +502,12 @@ def test_non_json_answer_every_time_is_a_typed_error(judge_server: JudgeServer) 
 # --- replies real servers send ----------------------------------------------------------------------------
 
 
-def test_a_streamed_answer_padded_until_litellm_stops_it_is_read(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_streamed_answer_padded_until_litellm_stops_it_is_read(judge_server: JudgeServer, client: str) -> None:
     # JSON mode on llama.cpp / Ollama: a complete object, then whitespace until max_tokens; litellm's
     # repetition guard ends the stream after 100 identical chunks with a 500 of its own.
     judge_server.script(Rewritten(lambda a: json.dumps(a) + " " * 16 * 200))
-    judge = make_judge(judge_server)
+    judge = make_judge(judge_server, client)
     result = score(judge)
 
     assert scores(result) == EXPECTED
@@ -492,9 +515,23 @@ def test_a_streamed_answer_padded_until_litellm_stops_it_is_read(judge_server: J
     assert judge.path_counts()["repeated_answers"] == 1
 
 
-def test_a_loop_stopped_before_any_answer_is_an_invalid_answer_not_an_outage(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_stream_dropped_before_its_end_is_retried_as_an_outage(judge_server: JudgeServer, client: str) -> None:
+    judge_server.script(Rewritten(stream_end="drop", drop_after=40))
+    judge = make_judge(judge_server, client, stream=True)
+    result = score(judge)
+
+    assert scores(result) == EXPECTED
+    assert len(judge_server.requests) == 2
+    assert judge.path_counts()["transport_retries"] == 1
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_loop_stopped_before_any_answer_is_an_invalid_answer_not_an_outage(
+    judge_server: JudgeServer, client: str
+) -> None:
     judge_server.default = NotJson(text="Let me think. " + "-" * 16 * 200)
-    judge = make_judge(judge_server, max_invalid_retries=1)
+    judge = make_judge(judge_server, client, max_invalid_retries=1)
     result = score(judge)
 
     assert errors(result) == {"judge_invalid_output"}
@@ -514,17 +551,21 @@ def test_a_reply_nested_deeper_than_python_can_decode_is_asked_again(judge_serve
     assert judge.path_counts()["invalid_retries"] == 1
 
 
-def test_a_reply_without_choices_is_a_judge_error_that_says_so(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_reply_without_choices_is_a_judge_error_that_says_so(judge_server: JudgeServer, client: str) -> None:
     judge_server.default = Raw({"id": "x", "object": "chat.completion", "created": 1, "model": "m", "choices": []})
-    result = score(make_judge(judge_server, stream=False))
+    result = score(make_judge(judge_server, client, stream=False))
 
     assert errors(result) == {"judge_error"}
     assert "no answer (no choices)" in (result.results[0].error_message or "")
 
 
-def test_usage_is_counted_when_a_server_that_does_not_stream_reports_none(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_usage_is_counted_when_a_server_that_does_not_stream_reports_none(
+    judge_server: JudgeServer, client: str
+) -> None:
     judge_server.report_usage = False
-    result = score(make_judge(judge_server, stream=False))
+    result = score(make_judge(judge_server, client, stream=False))
 
     assert scores(result) == EXPECTED
     assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
@@ -724,10 +765,11 @@ def test_claims_cut_off_mid_list_are_asked_again_never_counted_short(judge_serve
 # --- transport failures ------------------------------------------------------------------------------------
 
 
-def test_429_then_success_is_scored_after_the_retry_after_wait(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_429_then_success_is_scored_after_the_retry_after_wait(judge_server: JudgeServer, client: str) -> None:
     judge_server.script(Status(429, "slow down", headers={"Retry-After": "0.4"}))
     started = time.perf_counter()
-    result = score(make_judge(judge_server))
+    result = score(make_judge(judge_server, client))
     elapsed = time.perf_counter() - started
 
     assert scores(result) == EXPECTED
@@ -736,40 +778,44 @@ def test_429_then_success_is_scored_after_the_retry_after_wait(judge_server: Jud
     assert result.usage.calls == 2
 
 
-def test_429_storm_is_rate_limited(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_429_storm_is_rate_limited(judge_server: JudgeServer, client: str) -> None:
     judge_server.default = Status(429, "slow down", headers={"Retry-After": "0"})
-    result = score(make_judge(judge_server, max_retries=2))
+    result = score(make_judge(judge_server, client, max_retries=2))
 
     assert errors(result) == {"rate_limited"}
     assert len(judge_server.requests) == 3
     assert result.results[0].usage.calls == 3
 
 
+@pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize(("status", "code"), [(429, "rate_limited"), (503, "judge_unavailable")])
 def test_a_wait_asked_for_longer_than_the_timeout_ends_the_sample_now(
-    judge_server: JudgeServer, status: int, code: str
+    judge_server: JudgeServer, client: str, status: int, code: str
 ) -> None:
     judge_server.script(Status(status, "come back later", headers={"Retry-After": "120"}))
-    result = score(make_judge(judge_server, timeout=5))
+    result = score(make_judge(judge_server, client, timeout=5))
 
     assert errors(result) == {code}
     assert len(judge_server.requests) == 1  # not slept through, not asked again
     assert "asked to wait 120s" in (result.results[0].error_message or "")
 
 
-def test_500_storm_is_judge_unavailable(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_500_storm_is_judge_unavailable(judge_server: JudgeServer, client: str) -> None:
     judge_server.default = Status(500, "upstream exploded")
-    result = score(make_judge(judge_server, max_retries=3))
+    result = score(make_judge(judge_server, client, max_retries=3))
 
     assert errors(result) == {"judge_unavailable"}
     assert len(judge_server.requests) == 4
     assert "upstream exploded" in (result.results[0].error_message or "")
 
 
-def test_a_hang_ends_as_judge_timeout_in_bounded_time(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_hang_ends_as_judge_timeout_in_bounded_time(judge_server: JudgeServer, client: str) -> None:
     judge_server.default = Hang(20.0)
     started = time.perf_counter()
-    result = score(make_judge(judge_server, timeout=0.5))
+    result = score(make_judge(judge_server, client, timeout=0.5))
     elapsed = time.perf_counter() - started
 
     assert errors(result) == {"judge_timeout"}
@@ -777,9 +823,10 @@ def test_a_hang_ends_as_judge_timeout_in_bounded_time(judge_server: JudgeServer)
     assert len(judge_server.requests) == 1  # a timeout is not retried: it would multiply the wait
 
 
-def test_a_timed_out_call_is_cancelled_on_the_server(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_timed_out_call_is_cancelled_on_the_server(judge_server: JudgeServer, client: str) -> None:
     judge_server.default = Valid(chunk_delay=0.1)  # a slow model: ~60 chunks, one every 0.1 s
-    judge = make_judge(judge_server, timeout=0.6)
+    judge = make_judge(judge_server, client, timeout=0.6)
 
     result = score(judge)
 
@@ -793,14 +840,16 @@ def test_a_timed_out_call_is_cancelled_on_the_server(judge_server: JudgeServer) 
     assert judge.path_counts()["timeouts"] == 1
 
 
-def test_other_client_errors_are_typed_and_not_retried(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_other_client_errors_are_typed_and_not_retried(judge_server: JudgeServer, client: str) -> None:
     judge_server.default = Status(400, "this model does not take that parameter")
-    result = score(make_judge(judge_server))
+    result = score(make_judge(judge_server, client))
 
     assert errors(result) == {"judge_error"}
     assert len(judge_server.requests) == 1
 
 
+@pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize(
     "refusal",
     [
@@ -812,10 +861,10 @@ def test_other_client_errors_are_typed_and_not_retried(judge_server: JudgeServer
     ],
 )
 def test_a_refused_credential_is_judge_auth_said_plainly_never_retried(
-    judge_server: JudgeServer, refusal: Status
+    judge_server: JudgeServer, client: str, refusal: Status
 ) -> None:
     judge_server.default = refusal
-    result = score(make_judge(judge_server, api_key="sk-test-0123456789"))
+    result = score(make_judge(judge_server, client, api_key="sk-test-0123456789"))
 
     assert errors(result) == {"judge_auth"}
     assert len(judge_server.requests) == 1  # a retry cannot fix a credential
@@ -825,11 +874,13 @@ def test_a_refused_credential_is_judge_auth_said_plainly_never_retried(
         assert "sk-test-0123456789" not in (r.error_message or "") + r.reason
 
 
+@pytest.mark.parametrize("client", CLIENTS)
 def test_no_key_at_all_is_judge_auth_before_any_request(
-    judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch
+    judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch, client: str
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    judge = LLMJudge("openai/judge-test", api_base=judge_server.url + "/v1", backoff_base=0.01)
+    api_base = judge_server.url + "/v1"
+    judge = LLMJudge("openai/judge-test", api_base=api_base, **with_client(client, api_base, {"backoff_base": 0.01}))
     result = score(judge)
 
     assert errors(result) == {"judge_auth"}
@@ -910,10 +961,11 @@ def test_daily_budget_stops_calls_once_spent(judge_server: JudgeServer) -> None:
     assert len(judge_server.requests) == 1
 
 
-def test_budget_still_counts_when_the_server_reports_no_usage(judge_server: JudgeServer) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_budget_still_counts_when_the_server_reports_no_usage(judge_server: JudgeServer, client: str) -> None:
     judge_server.report_usage = False
     budget = DailyTokenBudget(10_000)
-    result = score(make_judge(judge_server, daily_token_budget=budget))
+    result = score(make_judge(judge_server, client, daily_token_budget=budget))
 
     assert errors(result) == {None}
     prompt_tokens = TokenCounter("openai/judge-test")(user_prompt(judge_server.requests[0]))
@@ -921,8 +973,9 @@ def test_budget_still_counts_when_the_server_reports_no_usage(judge_server: Judg
     assert result.usage.input_tokens > prompt_tokens and result.usage.output_tokens > 0  # and in the usage
 
 
-def test_a_judge_that_does_not_stream_scores_the_same(judge_server: JudgeServer) -> None:
-    judge = make_judge(judge_server, stream=False)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_judge_that_does_not_stream_scores_the_same(judge_server: JudgeServer, client: str) -> None:
+    judge = make_judge(judge_server, client, stream=False)
     result = score(judge)
 
     assert scores(result) == EXPECTED
@@ -970,7 +1023,8 @@ def test_judge_calls_run_with_instrumentation_suppressed(judge_server: JudgeServ
     probe = Probe()
     litellm.callbacks.append(probe)
     try:
-        score(make_judge(judge_server))
+        score(make_judge(judge_server, transport=LiteLLMTransport(
+            "openai/judge-test", api_base=judge_server.url + "/v1", api_key="sk-test")))
 
         async def plain_call() -> None:  # the control: the same call outside the judge is traced
             await litellm.acompletion(
@@ -984,6 +1038,28 @@ def test_judge_calls_run_with_instrumentation_suppressed(judge_server: JudgeServ
     finally:
         litellm.callbacks.remove(probe)
     assert seen == [(False, False), (True, True)]
+
+
+def test_http_judge_calls_run_with_instrumentation_suppressed(judge_server: JudgeServer) -> None:
+    seen: list[tuple[bool, bool]] = []
+
+    async def probe(*_: Any) -> None:  # where aiohttp's instrumentation would make a span
+        seen.append((is_instrumentation_enabled(), is_http_instrumentation_enabled()))
+
+    class Probed(OpenAIHttpTransport):
+        async def _session(self) -> Any:
+            session = await super()._session()
+            trace = aiohttp.TraceConfig()
+            trace.on_request_start.append(probe)
+            trace.freeze()
+            session.client.trace_configs.append(trace)
+            return session
+
+    transport = Probed("openai/judge-test", api_base=judge_server.url + "/v1", api_key="sk-test")
+    result = score(make_judge(judge_server, transport=transport))
+
+    assert scores(result) == EXPECTED
+    assert seen == [(False, False)]
 
 
 def test_requests_carry_no_stray_fields_and_the_key_stays_out_of_repr(judge_server: JudgeServer) -> None:
@@ -1006,8 +1082,11 @@ def test_only_the_scorers_asked_for_are_in_the_schema(judge_server: JudgeServer)
     assert not {"level", "used", "missing"} & fields
 
 
-def test_cost_is_priced_for_a_model_litellm_knows(judge_server: JudgeServer) -> None:
-    judge = LLMJudge("openai/gpt-4o-mini", api_base=judge_server.url + "/v1", api_key="sk-test")
+@pytest.mark.parametrize("client", CLIENTS)
+def test_cost_is_priced_for_a_model_litellm_knows(judge_server: JudgeServer, client: str) -> None:
+    api_base = judge_server.url + "/v1"
+    options = with_client(client, api_base, {"api_key": "sk-test"}, model="openai/gpt-4o-mini")
+    judge = LLMJudge("openai/gpt-4o-mini", api_base=api_base, **options)
     result = score(judge)
     usage = result.usage
     price = litellm.model_cost["gpt-4o-mini"]
@@ -1018,14 +1097,14 @@ def test_cost_is_priced_for_a_model_litellm_knows(judge_server: JudgeServer) -> 
     assert usage.cost_usd == pytest.approx(expected)
 
 
-def test_connection_refused_is_judge_unavailable() -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_connection_refused_is_judge_unavailable(client: str) -> None:
     with socket.socket() as s:  # a port that nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    judge = LLMJudge(
-        "openai/judge-test", api_base=f"http://127.0.0.1:{port}/v1", api_key="sk-test",
-        max_retries=1, backoff_base=0.01,
-    )
+    api_base = f"http://127.0.0.1:{port}/v1"
+    options = with_client(client, api_base, {"api_key": "sk-test", "max_retries": 1, "backoff_base": 0.01})
+    judge = LLMJudge("openai/judge-test", api_base=api_base, **options)
     result = score(judge)
     assert errors(result) == {"judge_unavailable"}
     assert result.results[0].usage.calls == 2
