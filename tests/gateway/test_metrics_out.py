@@ -15,8 +15,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from tests.cli.test_serve import serve_command, serving, stopped
 from tests.gateway.test_gateway import app_provider
 from tests.live.fakes import plain_trace
-from tests.monitoring.test_phoenix import Phoenix, phoenix  # noqa: F401  (the fixture)
 from tests.servers.otlp import OtlpReceiver
+from tests.servers.phoenix import Phoenix
 
 FAST_METRICS = {"OTEL_METRIC_EXPORT_INTERVAL": "300", "RAGTRACE_SAMPLE_RATE": "1.0"}
 REFUSED = "does not take OTLP metrics"
@@ -77,7 +77,7 @@ def test_a_grpc_next_hop_without_a_metrics_service_is_said_once() -> None:
     assert err.count("Failed to export metrics") <= 1, err  # the SDK's own line, the first time only
 
 
-def test_phoenix_as_the_next_hop_is_said_once(phoenix: Phoenix) -> None:  # noqa: F811
+def test_phoenix_as_the_next_hop_is_said_once(phoenix: Phoenix) -> None:
     """Phoenix takes OTLP/HTTP traces and answers 405 to metrics."""
     command = serve_command("--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", phoenix.url,
                             "--exporter-protocol", "http/protobuf", "--trace-settle", "0", "--log-level", "INFO")
