@@ -2,8 +2,9 @@
 own export loggers (`opentelemetry.sdk._shared_internal.DuplicateFilter`).
 
 A failure on a path that runs every tick (an exporter that is down, a judge that keeps refusing) would
-otherwise write the same line five times a second into the host's log. The first record of a kind (same
-logger, level and message template) goes through; its repeats within `REPEAT_WINDOW_S` are dropped and
+otherwise write the same line five times a second into the host's log. Warnings and errors only: an INFO
+line that repeats on purpose (the gateway's periodic counts) always goes through. The first record of a kind
+(same logger, level and message template) goes through; its repeats within `REPEAT_WINDOW_S` are dropped and
 counted; the first one after the window goes through saying how many were dropped. So an `except` block
 just logs, with its traceback, and never needs its own "log once" bookkeeping.
 """
@@ -24,7 +25,7 @@ _Kind = tuple[str, int, str]
 
 
 class RepeatFilter(logging.Filter):
-    """Drops a record that repeats one let through less than `window` seconds ago, and counts it."""
+    """Drops a warning or error that repeats one let through less than `window` seconds ago, and counts it."""
 
     def __init__(self, window: float = REPEAT_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
@@ -34,6 +35,8 @@ class RepeatFilter(logging.Filter):
         self._kinds: OrderedDict[_Kind, list[float]] = OrderedDict()  # kind -> [let through at, dropped since]
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
         kind = (record.name, record.levelno, str(record.msg))
         now = self._clock()
         with self._lock:

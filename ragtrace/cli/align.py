@@ -141,7 +141,7 @@ def load(args: argparse.Namespace) -> Job:
     if len(set(specs)) != len(specs):
         raise UsageError(f"--judge names the same judge twice: {specs}")
     for spec in specs:
-        check_judge_spec(spec, args.api_base)
+        check_judge_spec(spec, args.judge_api_base)
     job = Job(source=args.labels or args.phoenix, items=[], scorers=[], judges=[])
     if args.phoenix:
         client = PhoenixClient(args.phoenix, project=args.project, api_key=args.phoenix_api_key)
@@ -158,7 +158,7 @@ def load(args: argparse.Namespace) -> Job:
         args.scorers = ",".join(s.name for s in scorers_for(label_sets_of(job.items)))
     job.scorers = build_scorers(args)
     options = llm_judge_options(args)
-    job.judges = [(spec, load_judge(spec, args.api_base, options)) for spec in specs]
+    job.judges = [(spec, load_judge(spec, args.judge_api_base, options)) for spec in specs]
     if job.judges and (warning := answer_key_warning(job.items, job.scorers)):
         job.warnings.append(warning)
     return job
