@@ -134,9 +134,15 @@ def user_turns(attrs: Attrs, limits: CaptureLimits) -> int:
 
 
 def _tool_call_arguments(replies: list[Any]) -> list[Any]:
-    return [part["tool_call"].get("arguments") for reply in replies if isinstance(reply, dict)
-            for part in (reply.get("content") if isinstance(reply.get("content"), list) else ())
-            if isinstance(part, dict) and isinstance(part.get("tool_call"), dict)]
+    """The arguments of the `tool_call` parts of the replies (a model answering through a tool)."""
+    found = []
+    for reply in replies:
+        parts = reply.get("content") if isinstance(reply, dict) else None
+        for part in parts if isinstance(parts, list) else ():
+            call = part.get("tool_call") if isinstance(part, dict) else None
+            if isinstance(call, dict):
+                found.append(call.get("arguments"))
+    return found
 
 
 def read_response(attrs: Attrs, limits: CaptureLimits) -> str:
@@ -146,8 +152,8 @@ def read_response(attrs: Attrs, limits: CaptureLimits) -> str:
     if not isinstance(replies, list):
         found = response_from(value) if value is not None else None
         return found if isinstance(found, str) else ""
-    if replies and all(isinstance(reply, str) for reply in replies[:20]):  # a text generator's replies
-        return replies[0]
+    if replies and isinstance(replies[0], str):  # a text generator's replies
+        return str(replies[0])
     found = first_assistant_text(replies)
     if found is None:
         found = tool_call_answer(_tool_call_arguments(replies), limits)

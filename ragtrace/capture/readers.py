@@ -106,9 +106,9 @@ def _haystack(
     if found == "tool":
         taken = tools.is_retrieval(span, attrs, "haystack", rules)
         return ("retrieval", "haystack", "haystack_tool") if taken else None
-    if found == "retrieval" or found == "generation":
-        return found, "haystack", "haystack"
-    return None
+    if found == "retrieval":
+        return "retrieval", "haystack", "haystack"
+    return ("generation", "haystack", "haystack") if found == "generation" else None
 
 
 def span_role(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES) -> Role | None:
