@@ -9,7 +9,7 @@ count: instructions per trace. With `--base DIR`, DIR's capture code runs the sa
 builder, imported into a process whose `ragtrace` is DIR's) and `vs_base` is this tree's count over DIR's.
 
     python bench/capture_instructions.py --base ../main           # k = 1, 4, 16; evidence and time only
-    python bench/capture_instructions.py --base ../main --k 4 --repeat 6
+    python bench/capture_instructions.py --base ../main --k 4 --variants evidence
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--traces", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--variants", nargs="+", default=["evidence", "time only"])
     parser.add_argument("--base", type=Path, help="another checkout (e.g. main) to count alongside this one")
     args = parser.parse_args()
