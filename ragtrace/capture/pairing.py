@@ -233,7 +233,8 @@ class _Trace:
         return chosen, "time", "no generation's input quotes the retrieved texts or the query: the first after it"
 
     def generation(self, node: _Node, notes: set[str]) -> readers.GenerationReading:
-        """A generation read once however many retrievals it consumed (its answer, its user's message)."""
+        """A generation read once however many retrievals it consumed: its answer, and its user message
+        from the same reading."""
         cached = self._generations.get(node.span_id)
         if cached is None:
             try:
@@ -309,7 +310,8 @@ class _Trace:
         inputs = [(text, where) for text, where in run_inputs if is_question(text)]
         if consulted is not None:
             try:
-                found = (read := self.generation(consulted, notes)).user_message(notes)
+                read = self.generation(consulted, notes)
+                found = read.user_message(notes)
                 if found is not None and is_question(found):
                     flat = _normalised(found)
                     inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
