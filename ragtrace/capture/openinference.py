@@ -15,7 +15,6 @@ from ragtrace.capture.values import (
     as_text,
     content_text,
     indexed,
-    indexed_by,
     maybe_json,
     query_from,
     response_from,
@@ -99,38 +98,27 @@ def _message_text(group: dict[str, Any]) -> str | None:
     return "".join(texts) if texts else None
 
 
-_MESSAGE_PREFIXES = (INPUT_MESSAGES_PREFIX, OUTPUT_MESSAGES_PREFIX)
+def user_message(attrs: Attrs) -> str | None:
+    last: str | None = None
+    for group in indexed(attrs, INPUT_MESSAGES_PREFIX):
+        if role_name(group.get("message.role", "")) == "user":
+            text = as_text(_message_text(group))
+            if text is not None:
+                last = text
+    return last
 
 
-def message_groups(attrs: Attrs) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """A generation's input and output messages (flattened groups), in one pass over its keys."""
-    inputs, outputs = indexed_by(attrs, _MESSAGE_PREFIXES)
-    return inputs, outputs
+def user_turns(attrs: Attrs) -> int:
+    return sum(
+        1 for group in indexed(attrs, INPUT_MESSAGES_PREFIX)
+        if role_name(group.get("message.role", "")) == "user" and as_text(_message_text(group)) is not None
+    )
 
 
-def _user_texts(inputs: list[dict[str, Any]]) -> list[str]:
-    return [text for group in inputs if role_name(group.get("message.role", "")) == "user"
-            and (text := as_text(_message_text(group))) is not None]
-
-
-def user_message(attrs: Attrs, inputs: list[dict[str, Any]] | None = None) -> str | None:
-    """The last user message among the input messages (`inputs`: those groups, when already read)."""
-    texts = _user_texts(indexed(attrs, INPUT_MESSAGES_PREFIX) if inputs is None else inputs)
-    return texts[-1] if texts else None
-
-
-def user_turns(attrs: Attrs, inputs: list[dict[str, Any]] | None = None) -> int:
-    return len(_user_texts(indexed(attrs, INPUT_MESSAGES_PREFIX) if inputs is None else inputs))
-
-
-def read_response(
-    span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str],
-    outputs: list[dict[str, Any]] | None = None,
-) -> str:
-    """The first assistant text; else an answer given as tool-call arguments; else `output.value`.
-    `outputs`: the output message groups, when already read."""
+def read_response(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, notes: set[str]) -> str:
+    """The first assistant text; else an answer given as tool-call arguments; else `output.value`."""
     response: str | None = None
-    messages = indexed(attrs, OUTPUT_MESSAGES_PREFIX) if outputs is None else outputs
+    messages = indexed(attrs, OUTPUT_MESSAGES_PREFIX)
     for group in messages:
         if role_name(group.get("message.role", "assistant")) in ("assistant", "ai", "model"):
             response = as_text(_message_text(group))

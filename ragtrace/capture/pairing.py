@@ -136,7 +136,7 @@ class _Trace:
                     self.wrappers.setdefault(node.span_id, []).append(self.by_id[up])
         self.generations = [n for n in everything if n.span_id not in self.wrapped]
         self.claimed: set[int] = set()
-        self._generations: dict[int, readers.GenerationReading] = {}
+        self._responses: dict[int, str] = {}
         self._inputs: dict[int, str] = {}
         # What was decided about each span, in words (explain only).
         self.verdicts: dict[int, str] | None = {} if explain else None
@@ -232,25 +232,24 @@ class _Trace:
         self.claimed.add(chosen.span_id)
         return chosen, "time", "no generation's input quotes the retrieved texts or the query: the first after it"
 
-    def generation(self, node: _Node, notes: set[str]) -> readers.GenerationReading:
-        """A generation read once however many retrievals it consumed: its answer, and its user message
-        from the same reading."""
-        cached = self._generations.get(node.span_id)
+    def response(self, node: _Node, limits: CaptureLimits, notes: set[str]) -> str:
+        """A generation's answer, read once however many retrievals it consumed."""
+        cached = self._responses.get(node.span_id)
         if cached is None:
             try:
-                cached = readers.read_generation(node.span, node.shape, self.limits, notes)
+                cached = readers.read_response(node.span, node.shape, limits, notes)
             except Exception:
                 notes.add("reader_error")
-                cached = readers.GenerationReading(node.span, node.shape, self.limits, "")
-            self._generations[node.span_id] = cached
+                cached = ""
+            self._responses[node.span_id] = cached
         return cached
 
     def answer(self, node: _Node, notes: set[str]) -> str:
         """A generation's answer; when the call recorded no text (content off), a wrapper's around it."""
-        found = self.generation(node, notes).response
+        found = self.response(node, self.limits, notes)
         if not found:
             around = self.wrappers.get(node.span_id, ())
-            found = next((text for w in around if (text := self.generation(w, notes).response)), "")
+            found = next((text for w in around if (text := self.response(w, self.limits, notes))), "")
         return found
 
     def probes(self, retrieval: _Node, reading: RetrievalReading) -> list[str]:
@@ -310,12 +309,11 @@ class _Trace:
         inputs = [(text, where) for text, where in run_inputs if is_question(text)]
         if consulted is not None:
             try:
-                read = self.generation(consulted, notes)
-                found = read.user_message(notes)
+                found = readers.read_user_message(consulted.span, consulted.shape, self.limits, notes)
                 if found is not None and is_question(found):
                     flat = _normalised(found)
                     inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
-                    turns = read.user_turns(notes)
+                    turns = readers.read_user_turns(consulted.span, consulted.shape, self.limits, notes)
                     return (*inner, turns) if inner is not None else (found, "generation", turns)
             except Exception:
                 notes.add("reader_error")

@@ -8,8 +8,7 @@ at assembly time, off the application's thread, and may parse JSON.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -150,42 +149,6 @@ def read_response(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: 
     if shape == "haystack":
         return answer_text(haystack.read_response(attrs, limits), limits)
     return answer_text(genai.read_response(span, attrs, limits, notes), limits)
-
-
-@dataclass
-class GenerationReading:
-    """A generation span read once for all who ask: its answer, and (on demand) the user's last message and
-    how many the input holds. OpenInference's input messages come from the same pass over the keys as the
-    answer, so asking for the user's message costs no second scan."""
-
-    span: ReadableSpan
-    shape: str
-    limits: CaptureLimits
-    response: str
-    inputs: list[dict[str, Any]] | None = None  # OpenInference input message groups
-
-    def user_message(self, notes: set[str]) -> str | None:
-        if self.inputs is not None:
-            return openinference.user_message(_NO_ATTRS, self.inputs)
-        return read_user_message(self.span, self.shape, self.limits, notes)
-
-    def user_turns(self, notes: set[str]) -> int:
-        if self.inputs is not None:
-            return openinference.user_turns(_NO_ATTRS, self.inputs)
-        return read_user_turns(self.span, self.shape, self.limits, notes)
-
-
-_NO_ATTRS: Attrs = {}
-
-
-def read_generation(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str]) -> GenerationReading:
-    """A generation's answer (as `read_response`), with what is needed to find its user message later."""
-    if shape != "openinference":
-        return GenerationReading(span, shape, limits, read_response(span, shape, limits, notes))
-    attrs = attrs_of(span)
-    inputs, outputs = openinference.message_groups(attrs)
-    response = answer_text(openinference.read_response(span, attrs, limits, notes, outputs), limits)
-    return GenerationReading(span, shape, limits, response, inputs)
 
 
 def read_user_message(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: set[str]) -> str | None:

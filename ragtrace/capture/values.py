@@ -204,22 +204,6 @@ def indexed(attrs: Attrs, prefix: str) -> list[dict[str, Any]]:
     return [groups[i] for i in sorted(groups)]
 
 
-def indexed_by(attrs: Attrs, prefixes: tuple[str, ...]) -> list[list[dict[str, Any]]]:
-    """`indexed` for several prefixes in one pass over the keys (a generation's input and output messages):
-    one C-level `startswith` against all of them turns most keys away."""
-    groups: list[dict[int, dict[str, Any]]] = [{} for _ in prefixes]
-    for key, value in attrs.items():
-        if not isinstance(key, str) or not key.startswith(prefixes):
-            continue
-        for slot, prefix in enumerate(prefixes):
-            if key.startswith(prefix):
-                index, dot, rest = key[len(prefix) :].partition(".")
-                if dot and index.isdigit() and len(index) <= 9:
-                    groups[slot].setdefault(int(index), {})[rest] = value
-                break
-    return [[found[i] for i in sorted(found)] for found in groups]
-
-
 def content_text(content: Any, depth: int = 0) -> str | None:
     """Text of a message content: a string, or a list of parts ({type: text, content|text: ...})."""
     if isinstance(content, str):
