@@ -1,6 +1,7 @@
-"""A small Haystack RAG pipeline that runs offline: BM25 over an in-memory document store, a prompt
-builder, and an OpenAI generator asking a local OpenAI-compatible server. Two shapes: `PromptBuilder` +
-`OpenAIGenerator`, and `ChatPromptBuilder` + `OpenAIChatGenerator`.
+"""A small Haystack 3 RAG pipeline that runs offline: BM25 over an in-memory document store, a prompt
+builder, and an OpenAI chat generator asking a local OpenAI-compatible server. Two shapes: `PromptBuilder`
+(a text prompt, which Haystack 3's chat generators take as one user message; 3.x removed the text-only
+`OpenAIGenerator`) and `ChatPromptBuilder` (chat messages), each feeding `OpenAIChatGenerator`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from typing import Any, Literal
 from _handbook import ANSWER, HANDBOOK, QUESTION
 from haystack import Document, Pipeline
 from haystack.components.builders import ChatPromptBuilder, PromptBuilder
-from haystack.components.generators import OpenAIGenerator
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.dataclasses import ChatMessage
@@ -40,13 +40,12 @@ def build_pipeline(base_url: str, shape: Shape = "prompt") -> Pipeline:
     key = Secret.from_token("not-needed")
     if shape == "prompt":
         pipeline.add_component("prompt_builder", PromptBuilder(template=TEMPLATE, required_variables="*"))
-        pipeline.add_component("llm", OpenAIGenerator(api_key=key, model="local-model", api_base_url=base_url))
     else:
         template = [ChatMessage.from_user(TEMPLATE)]
         pipeline.add_component("prompt_builder", ChatPromptBuilder(template=template, required_variables="*"))
-        pipeline.add_component("llm", OpenAIChatGenerator(api_key=key, model="local-model", api_base_url=base_url))
+    pipeline.add_component("llm", OpenAIChatGenerator(api_key=key, model="local-model", api_base_url=base_url))
     pipeline.connect("retriever.documents", "prompt_builder.documents")
-    pipeline.connect("prompt_builder", "llm")
+    pipeline.connect("prompt_builder.prompt", "llm.messages")
     return pipeline
 
 

@@ -2,9 +2,9 @@
 
 The instrumentor tags the prompt builder as an LLM span whose output is the rendered prompt; ragtrace
 does not take it for the generation (it built a prompt, no model answered) and pairs the retrieval with
-the generator, whose input quotes the retrieved texts. `shape="prompt"`: `PromptBuilder` +
-`OpenAIGenerator`; `shape="chat"`: `ChatPromptBuilder` + `OpenAIChatGenerator`. Offline: BM25 in memory,
-a local OpenAI-compatible server, the local judge.
+the generator, whose input quotes the retrieved texts. `shape="prompt"`: `PromptBuilder` (a text prompt)
++ `OpenAIChatGenerator`; `shape="chat"`: `ChatPromptBuilder` + `OpenAIChatGenerator`. Offline: BM25 in
+memory, a local OpenAI-compatible server, the local judge.
 
     python examples/haystack_openinference.py
 """

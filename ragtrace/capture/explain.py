@@ -37,6 +37,9 @@ REASONS: Mapping[str, str] = {
     "no_query": "no query: not on the retrieval, not in the paired generation's user message, not on the root",
     "tool_result_not_documents": "a tool call looked like a retrieval but its result is not a list of documents",
     "tool_result_not_recorded": "a tool named in retrieval_tools recorded no result (content capture off?)",
+    "haystack_content_not_traced": (
+        "a Haystack retriever recorded no output: set HAYSTACK_CONTENT_TRACING_ENABLED=true"
+    ),
     "nested_retrieval": "a nested layer of a retrieval already sampled (scored once, on the kept span)",
     "too_many_documents": "more documents than the limit: the rest were cut",
     "context_truncated": "a retrieved text was longer than the limit and was cut",

@@ -1,4 +1,5 @@
-"""Which convention a span follows, and what it says: the one entry point over genai/openinference/openllmetry.
+"""Which convention a span follows, and what it says: the one entry point over genai/openinference/openllmetry
+and Haystack's own tracing.
 
 `span_role` runs on the application's thread for every ended span, so it only does dictionary
 lookups (and, for OpenLLMetry task spans, one bounded substring search). The `read_*` functions run
@@ -11,9 +12,10 @@ from typing import Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ragtrace.capture import genai, openinference, openllmetry, tools
+from ragtrace.capture import genai, haystack, openinference, openllmetry, tools
 from ragtrace.capture.rules import DEFAULT_RULES, CaptureRules
 from ragtrace.capture.values import (
+    Attrs,
     CaptureLimits,
     RetrievalReading,
     Skip,
@@ -25,7 +27,7 @@ from ragtrace.capture.values import (
 )
 
 Role = Literal["retrieval", "generation"]
-Convention = Literal["genai", "openinference", "openllmetry"]
+Convention = Literal["genai", "openinference", "openllmetry", "haystack"]
 # OpenLLMetry LLM spans without gen_ai.operation.name say what they are here.
 LLM_REQUEST_TYPE = "llm.request.type"
 LLM_REQUEST_TYPES = frozenset({"chat", "completion"})
@@ -33,9 +35,13 @@ DB_SYSTEMS = frozenset({openllmetry.DB_SYSTEM, openllmetry.DB_SYSTEM_NAME})
 _OUTPUTS = frozenset({"gen_ai.completion.0.content", genai.OUTPUT_MESSAGES})
 _MARKERS = frozenset(
     {genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND, LLM_REQUEST_TYPE} | DB_SYSTEMS | _OUTPUTS
+    | haystack.MARKERS
 )
 # A span without any of these keys is no retrieval, whatever the convention.
-RETRIEVAL_MARKERS = frozenset({genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND} | DB_SYSTEMS)
+RETRIEVAL_MARKERS = frozenset(
+    {genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND, haystack.COMPONENT_TYPE, haystack.TOOL_NAME}
+    | DB_SYSTEMS
+)
 
 
 def _text(value: object) -> str:
@@ -87,7 +93,22 @@ def classify(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES) -> tuple[R
         return "generation", "openllmetry", "genai"
     if present & _OUTPUTS:
         return "generation", "genai", "genai"
+    if not present.isdisjoint(haystack.MARKERS):
+        return _haystack(span, attrs, present, rules)
     return None
+
+
+def _haystack(
+    span: ReadableSpan, attrs: Attrs, present: frozenset[str], rules: CaptureRules
+) -> tuple[Role, Convention, str] | None:
+    """Haystack's own tracing: a retriever or generator component, an agent's model call or tool call."""
+    found = haystack.role(attrs, present)
+    if found == "tool":
+        taken = tools.is_retrieval(span, attrs, "haystack", rules)
+        return ("retrieval", "haystack", "haystack_tool") if taken else None
+    if found == "retrieval":
+        return "retrieval", "haystack", "haystack"
+    return ("generation", "haystack", "haystack") if found == "generation" else None
 
 
 def span_role(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES) -> Role | None:
@@ -114,6 +135,8 @@ def read_retrieval(
         return openllmetry.read_task(span, attrs, limits, notes)
     if shape == "vector_db":
         return openllmetry.read_vector_db(span, attrs, limits, notes)
+    if shape == "haystack":
+        return haystack.read_retrieval(span, attrs, limits, notes)
     raise Skip("not_rag")
 
 
@@ -123,6 +146,8 @@ def read_response(span: ReadableSpan, shape: str, limits: CaptureLimits, notes: 
     attrs = attrs_of(span)
     if shape == "openinference":
         return answer_text(openinference.read_response(span, attrs, limits, notes), limits)
+    if shape == "haystack":
+        return answer_text(haystack.read_response(attrs, limits), limits)
     return answer_text(genai.read_response(span, attrs, limits, notes), limits)
 
 
@@ -131,6 +156,8 @@ def read_user_message(span: ReadableSpan, shape: str, limits: CaptureLimits, not
     attrs = attrs_of(span)
     if shape == "openinference":
         return openinference.user_message(attrs)
+    if shape == "haystack":
+        return haystack.user_message(attrs, limits)
     return genai.user_message(span, attrs, limits, notes)
 
 
@@ -150,6 +177,8 @@ def read_input(span: ReadableSpan, limits: CaptureLimits, notes: set[str]) -> st
         found = genai.user_message(span, attrs, limits, notes)
     if found is None:
         found = openinference.user_message(attrs)
+    if found is None:
+        found = haystack.input_query(attrs, limits)
     return found
 
 
@@ -169,6 +198,8 @@ def read_input_texts(span: ReadableSpan, limits: CaptureLimits) -> list[str]:
     for key, value in attrs.items():
         if isinstance(key, str) and (key in _INPUT_KEYS or key.startswith(_INPUT_PREFIXES)):
             text_leaves(value, limits, texts)
+    if not haystack.MARKERS.isdisjoint(attrs):  # the messages, not the tool definitions beside them
+        haystack.input_texts(attrs, limits, texts)
     if span.events:  # GenAI instrumentations that record content on events
         for event in span.events:
             if event.name == genai.DETAILS_EVENT:
@@ -179,7 +210,7 @@ def read_input_texts(span: ReadableSpan, limits: CaptureLimits) -> list[str]:
 
 AGENT_OPERATIONS = frozenset({"invoke_agent"})
 AGENT_KINDS = frozenset({"AGENT"})
-_AGENT_MARKERS = frozenset({genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND})
+_AGENT_MARKERS = frozenset({genai.OPERATION, openinference.KIND, openllmetry.SPAN_KIND}) | haystack.AGENT_MARKERS
 # Where a trace says which conversation it belongs to, best first (OpenInference, GenAI, OpenLLMetry).
 SESSION_KEYS = ("session.id", "gen_ai.conversation.id", "traceloop.association.properties.session_id",
                 "traceloop.association.properties.conversation_id")
@@ -187,10 +218,13 @@ SESSION_MARKERS = frozenset(SESSION_KEYS)
 
 
 def is_agent(span: ReadableSpan) -> bool:
-    """An agent's run: GenAI `invoke_agent`, OpenInference `AGENT`, OpenLLMetry `agent`."""
+    """An agent's run: GenAI `invoke_agent`, OpenInference `AGENT`, OpenLLMetry `agent`, Haystack's
+    `haystack.agent.run`."""
     attrs = attrs_of(span)
     if _AGENT_MARKERS.isdisjoint(attrs):
         return False
+    if haystack.is_agent(attrs):
+        return True
     operation, kind = attrs.get(genai.OPERATION), attrs.get(openinference.KIND)
     traceloop = attrs.get(openllmetry.SPAN_KIND)
     return (
@@ -219,6 +253,8 @@ def read_user_turns(span: ReadableSpan, shape: str, limits: CaptureLimits, notes
     attrs = attrs_of(span)
     if shape == "openinference":
         return openinference.user_turns(attrs)
+    if shape == "haystack":
+        return haystack.user_turns(attrs, limits)
     return genai.user_turns(span, attrs, limits, notes)
 
 
@@ -233,6 +269,11 @@ def describe_unclassified(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULE
         return tools.describe(span, attrs, "openinference", rules)
     if attrs.get(openllmetry.SPAN_KIND) == tools.OPENLLMETRY_KIND:
         return tools.describe(span, attrs, "openllmetry", rules)
+    if haystack.TOOL_NAME in attrs:
+        return tools.describe(span, attrs, "haystack", rules)
+    component = attrs.get(haystack.COMPONENT_TYPE)
+    if isinstance(component, str):
+        return f"haystack component {component}: not a retriever or a generator"
     if isinstance(kind, str) and kind.upper() == "LLM" and openinference.is_prompt_step(attrs):
         return "tagged LLM (openinference) but built a prompt: a prompt template and no model output"
     if isinstance(kind, str):

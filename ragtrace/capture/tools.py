@@ -1,9 +1,10 @@
 """Tool calls that are retrievals: an agent's search tool, whichever convention recorded it.
 
-Three conventions record a tool call: a GenAI `execute_tool` span (`gen_ai.tool.name`,
+Four conventions record a tool call: a GenAI `execute_tool` span (`gen_ai.tool.name`,
 `gen_ai.tool.call.arguments` / `.result`, on the span or on one of its events), an OpenInference `TOOL`
 span (`tool.name`, `input.value` / `output.value`), an OpenLLMetry `tool` span (`traceloop.entity.name`,
-`traceloop.entity.input` / `.output`). A call is a retrieval when
+`traceloop.entity.input` / `.output`), a Haystack agent's `haystack.agent.step.tool` span (`haystack.tool.name`,
+`haystack.agent.step.tool.input` / `.output`). A call is a retrieval when
 
 - the app named the tool in `CaptureRules.retrieval_tools` (its plain-text result is split into documents
   at `tool_separator`), or
@@ -24,7 +25,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ragtrace.capture import genai, openinference, openllmetry
+from ragtrace.capture import genai, haystack, openinference, openllmetry
 from ragtrace.capture.rules import CaptureRules
 from ragtrace.capture.values import (
     Attrs,
@@ -85,20 +86,23 @@ def _name(span: ReadableSpan, attrs: Attrs, key: str) -> str:
     return name
 
 
+# Where each convention records a tool call's name, arguments and result.
+_NAME_KEYS = {"genai": GENAI_NAME, "openinference": OPENINFERENCE_NAME, "haystack": haystack.TOOL_NAME}
+_ARGUMENT_KEYS = {"openinference": openinference.INPUT_VALUE, "haystack": haystack.TOOL_INPUT}
+_RESULT_KEYS = {"genai": GENAI_RESULT, "openinference": openinference.OUTPUT_VALUE, "haystack": haystack.TOOL_OUTPUT}
+
+
 def tool_name(span: ReadableSpan, attrs: Attrs, convention: str) -> str:
-    key = {"genai": GENAI_NAME, "openinference": OPENINFERENCE_NAME}.get(convention, openllmetry.ENTITY_NAME)
-    return _name(span, attrs, key)
+    return _name(span, attrs, _NAME_KEYS.get(convention, openllmetry.ENTITY_NAME))
 
 
 def tool_call(span: ReadableSpan, attrs: Attrs, convention: str, notes: set[str]) -> ToolCall:
     if convention == "genai":
         return ToolCall(tool_name(span, attrs, convention), attribute_or_event(span, attrs, GENAI_ARGUMENTS, notes),
                         attribute_or_event(span, attrs, GENAI_RESULT, notes))
-    if convention == "openinference":
-        return ToolCall(tool_name(span, attrs, convention), attrs.get(openinference.INPUT_VALUE),
-                        attrs.get(openinference.OUTPUT_VALUE))
-    return ToolCall(tool_name(span, attrs, convention), attrs.get(openllmetry.ENTITY_INPUT),
-                    attrs.get(openllmetry.ENTITY_OUTPUT))
+    return ToolCall(tool_name(span, attrs, convention),
+                    attrs.get(_ARGUMENT_KEYS.get(convention, openllmetry.ENTITY_INPUT)),
+                    attrs.get(_RESULT_KEYS.get(convention, openllmetry.ENTITY_OUTPUT)))
 
 
 def _looks_like_documents(result: Any) -> bool:
@@ -126,8 +130,7 @@ def is_retrieval(span: ReadableSpan, attrs: Attrs, convention: str, rules: Captu
     named = rules.tool_named(tool_name(span, attrs, convention))
     if named is not None:
         return named
-    key = {"genai": GENAI_RESULT, "openinference": openinference.OUTPUT_VALUE}.get(convention,
-                                                                                   openllmetry.ENTITY_OUTPUT)
+    key = _RESULT_KEYS.get(convention, openllmetry.ENTITY_OUTPUT)
     result = attrs.get(key)
     if result is None and convention == "genai":
         result = attribute_or_event(span, attrs, key, set(), max_events=4)

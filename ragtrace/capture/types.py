@@ -24,7 +24,7 @@ class CapturedSample:
     retrieval_span_id: int
     generation_span_id: int | None = None
     root_span_id: int | None = None
-    convention: str = "custom"  # genai | openinference | openllmetry | custom
+    convention: str = "custom"  # genai | openinference | openllmetry | haystack | custom
     retriever: str = ""
     # How the generation was chosen: "contexts" or "query" (its input quotes them), "time" (the fallback).
     pairing: str = ""

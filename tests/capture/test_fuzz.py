@@ -109,6 +109,54 @@ _LIMITS = CaptureLimits(max_documents=3, max_context_chars=10, max_query_chars=1
 def test_arbitrary_spans_never_raise(
     specs: list[tuple[dict[str, Any], list[Any], int, int, int]], rules: CaptureRules
 ) -> None:
+    _check(specs, rules)
+
+
+# Haystack's own tracing: its keys, its span shapes (component, agent step, tool call) and its JSON (ChatMessage
+# content parts, Document dicts, per-component pipeline inputs), arbitrary around them.
+HAYSTACK_KEYS = [
+    "haystack.component.type", "haystack.component.name", "haystack.component.input", "haystack.component.output",
+    "haystack.agent.step.llm.input", "haystack.agent.step.llm.output", "haystack.tool.name",
+    "haystack.agent.step.tool.input", "haystack.agent.step.tool.output", "haystack.agent.input",
+    "haystack.agent.max_steps", "haystack.pipeline.input_data",
+]
+HAYSTACK_MARKERS: list[dict[str, Any]] = [
+    {}, {"haystack.component.type": "InMemoryBM25Retriever"}, {"haystack.component.type": "OpenAIChatGenerator"},
+    {"haystack.component.type": "ChatPromptBuilder"}, {"haystack.component.type": 7},
+    {"haystack.tool.name": "search"}, {"haystack.tool.name": "calculator"},
+    {"haystack.agent.step.llm.output": '{"replies": [{"role": "assistant", "content": [{"text": "a"}]}]}'},
+    {"haystack.agent.max_steps": 5}, {"haystack.pipeline.input_data": '{"retriever": {"query": "q"}}'},
+]
+haystack_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20) | st.sampled_from(ROLE_WORDS),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.sampled_from(["documents", "content", "id", "score", "meta", "messages", "prompt",
+                                       "replies", "role", "text", "tool_call", "tool_call_result", "result",
+                                       "arguments", "tool_name", "query", "origin", "error", "reasoning"]),
+                      inner, max_size=4),
+    max_leaves=8,
+)
+haystack_values = scalars | haystack_json.map(json.dumps) | st.lists(haystack_json, max_size=3)
+haystack_specs = st.lists(
+    st.tuples(
+        st.builds(lambda marker, rest: {**rest, **marker}, st.sampled_from(HAYSTACK_MARKERS),
+                  st.dictionaries(st.sampled_from(HAYSTACK_KEYS), haystack_values, max_size=5)),
+        st.just([]), st.integers(0, 20), st.integers(0, 5), st.integers(-1, 5)),
+    min_size=1, max_size=5,
+)
+
+
+@settings(max_examples=160, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(haystack_specs, st.sampled_from([DEFAULT_RULES, RULES]))
+def test_arbitrary_haystack_spans_never_raise(
+    specs: list[tuple[dict[str, Any], list[Any], int, int, int]], rules: CaptureRules
+) -> None:
+    _check(specs, rules)
+
+
+def _check(specs: list[tuple[dict[str, Any], list[Any], int, int, int]], rules: CaptureRules) -> None:
+    """Spans made from `specs` (attributes, events, start, duration, parent index) through the real SDK: every
+    reader and the explanation take them without raising, and what they give is bounded and valid."""
     _exporter.clear()
     made: list[Any] = []
     for attrs, events, start, duration, parent_index in specs:

@@ -37,6 +37,9 @@ ANSWER: str = _handbook.ANSWER
 HANDBOOK: list[str] = _handbook.HANDBOOK
 CONTEXTS = HANDBOOK[:3]  # what the search tools return, in rank order
 SEARCH_QUERY = "X200 kettle warranty"  # the model's rewrite of the question: the tool's argument
+# Haystack 3's BM25 leaves out texts sharing no term with the query: this rewrite also finds a third, off-topic
+# one, so that the question and the rewrite score the documents differently (they do not on two).
+HAYSTACK_QUERY = "warranty of the X200 kettle"
 SESSION = "conv-1"
 ROLLUP = "ragtrace.agent."  # the agent roll-up's attributes
 SYSTEM = "Answer the customer's question from the product handbook."
@@ -429,14 +432,14 @@ def test_haystack_agent_with_a_retriever_tool(
     store = InMemoryDocumentStore()
     store.write_documents([Document(id=f"handbook-{i}", content=text) for i, text in enumerate(HANDBOOK)])
     retriever = InMemoryBM25Retriever(store, top_k=3)
-    ranked = [str(d.content) for d in retriever.run(query=SEARCH_QUERY)["documents"]]
-    assert ranked[0] == ANSWER  # BM25 ranks the useful text first
+    ranked = [str(d.content) for d in retriever.run(query=HAYSTACK_QUERY)["documents"]]
+    assert ranked[0] == ANSWER and len(ranked) == 3  # BM25 ranks the useful text first
     generator = OpenAIChatGenerator(api_key=Secret.from_token("sk-test"), model="local-model",
                                     api_base_url=model.url + "/v1")
     search = ComponentTool(component=retriever, name="search_handbook", description="Search the product handbook.")
     pipeline = Pipeline()
     pipeline.add_component("agent", Agent(chat_generator=generator, tools=[search], system_prompt=SYSTEM))
-    model.script(*search_then_answer())
+    model.script(CallTool("search_handbook", {"query": HAYSTACK_QUERY}), Say(ANSWER))
     instrumentor = HaystackInstrumentor()
     with scored("haystack-agent", otlp_receiver, local_judge, placement) as provider:
         instrumentor.instrument(tracer_provider=provider)
@@ -447,7 +450,88 @@ def test_haystack_agent_with_a_retriever_tool(
             instrumentor.uninstrument()
     spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "Pipeline.run" for s in got))
     assert_scored_retrieval(spans, lambda s: s.name == "InMemoryBM25Retriever.run", expected_sample(ranked),
-                            local_judge)
+                            local_judge, retrieval_query=HAYSTACK_QUERY)
+
+
+# --- Haystack 3's own tracing (opentelemetry-haystack): a pipeline, and an Agent with a retrieval tool ------
+
+
+@contextmanager
+def haystack_traced(provider: TracerProvider) -> Iterator[None]:
+    """Haystack's own tracer on `provider`, content tracing on (HAYSTACK_CONTENT_TRACING_ENABLED=true does it
+    at import); both as they were when the block ends."""
+    from haystack import tracing
+    from haystack_integrations.tracing.opentelemetry import OpenTelemetryTracer
+
+    content = tracing.tracer.is_content_tracing_enabled
+    tracing.enable_tracing(OpenTelemetryTracer(provider.get_tracer("haystack")))
+    tracing.tracer.is_content_tracing_enabled = True
+    try:
+        yield
+    finally:
+        tracing.disable_tracing()
+        tracing.tracer.is_content_tracing_enabled = content
+
+
+def _is_component(kind: str) -> Callable[[ReceivedSpan], bool]:
+    return lambda span: span.name == "haystack.component.run" and span.attributes.get(
+        "haystack.component.type") == kind
+
+
+def test_haystack_tracer_pipeline(
+    otlp_receiver: OtlpReceiver, local_judge: Judge, placement: str, model: JudgeServer
+) -> None:
+    """retriever -> ChatPromptBuilder -> OpenAIChatGenerator, each component a `haystack.component.run` span:
+    the retriever's is the retrieval (its output's documents), the generator's the generation (its replies);
+    the prompt builder's, holding the same documents, is neither."""
+    haystack_app = load_example("haystack_app")
+    model.script(Say(ANSWER))
+    with scored("haystack-tracer-pipeline", otlp_receiver, local_judge, placement) as provider:
+        pipeline = haystack_app.build_pipeline(model.url + "/v1", "chat")
+        with haystack_traced(provider):
+            reply = haystack_app.ask(pipeline, QUESTION)
+        assert reply["llm"]["replies"][0].text == ANSWER
+    spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "haystack.pipeline.run" for s in got))
+    assert_scored_retrieval(spans, _is_component("InMemoryBM25Retriever"),
+                            expected_sample(haystack_app.expected_contexts(QUESTION)), local_judge,
+                            retrieval_query=None)
+
+
+def test_haystack_tracer_agent_with_a_retrieval_tool(
+    otlp_receiver: OtlpReceiver, local_judge: Judge, placement: str, model: JudgeServer
+) -> None:
+    """A Haystack 3 `Agent` (on its own: its run is one trace) whose tool is a BM25 retriever: the
+    `haystack.agent.step.tool` span (its output the retriever's documents) is the retrieval, its query the
+    model's rewrite, the sample's the user's question, the response the last model call's; the
+    `haystack.agent.run` span gets the roll-up."""
+    from haystack import Document
+    from haystack.components.agents import Agent
+    from haystack.components.generators.chat import OpenAIChatGenerator
+    from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+    from haystack.dataclasses import ChatMessage
+    from haystack.document_stores.in_memory import InMemoryDocumentStore
+    from haystack.tools import ComponentTool
+    from haystack.utils import Secret
+
+    store = InMemoryDocumentStore()
+    store.write_documents([Document(id=f"handbook-{i}", content=text) for i, text in enumerate(HANDBOOK)])
+    retriever = InMemoryBM25Retriever(store, top_k=3)
+    ranked = [str(d.content) for d in retriever.run(query=HAYSTACK_QUERY)["documents"]]
+    generator = OpenAIChatGenerator(api_key=Secret.from_token("sk-test"), model="local-model",
+                                    api_base_url=model.url + "/v1")
+    search = ComponentTool(component=retriever, name="search_handbook", description="Search the product handbook.")
+    agent = Agent(chat_generator=generator, tools=[search], system_prompt=SYSTEM)
+    model.script(CallTool("search_handbook", {"query": HAYSTACK_QUERY}), Say(ANSWER))
+    with scored("haystack-tracer-agent", otlp_receiver, local_judge, placement) as provider:
+        with haystack_traced(provider):
+            reply = agent.run(messages=[ChatMessage.from_user(QUESTION)])
+        assert reply["messages"][-1].text == ANSWER
+    spans = otlp_receiver.wait_for_spans(lambda got: any(s.name == "haystack.agent.run" for s in got))
+    tool = assert_scored_retrieval(spans, lambda s: s.name == "haystack.agent.step.tool", expected_sample(ranked),
+                                   local_judge, retrieval_query=HAYSTACK_QUERY)
+    assert tool.attributes["haystack.tool.name"] == "search_handbook"
+    [run] = [s for s in spans if s.name == "haystack.agent.run"]
+    assert run.attributes[f"{ROLLUP}retrievals"] == 1
 
 
 # --- LlamaIndex FunctionAgent / AgentWorkflow under OpenInference --------------------------------------------

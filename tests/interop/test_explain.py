@@ -44,7 +44,7 @@ PRODUCERS: dict[str, tuple[str, tuple[str, ...], dict[str, Any], str, str, tuple
         ("a nested layer of the same retrieval, scored once on 'VectorIndexRetriever.task'",)),
     "haystack-prompt-builder": (
         "haystack_openinference", ("haystack", "openinference.instrumentation.haystack"), {"shape": "prompt"},
-        "InMemoryBM25Retriever.run", "OpenAIGenerator.run",
+        "InMemoryBM25Retriever.run", "OpenAIChatGenerator.run",
         ("'PromptBuilder.run' [", "tagged LLM (openinference) but built a prompt")),
     "haystack-chat-prompt-builder": (
         "haystack_openinference", ("haystack", "openinference.instrumentation.haystack"), {"shape": "chat"},
