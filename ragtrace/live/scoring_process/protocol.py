@@ -40,7 +40,7 @@ MetricCall = tuple[str, tuple[Any, ...]]
 @dataclass(frozen=True)
 class ChildSettings(ScoringOptions):
     """The app's `ScoringOptions` as the scoring process gets them (they must pickle): the same fields,
-    names and defaults, less what stays in the app's process (metrics, decision log), plus whether the
+    names and defaults, less what stays in the app's process (metrics, decision log, logger provider), plus whether the
     app has metrics to replay the child's scores and judge calls on."""
 
     record_metrics: bool = False
@@ -48,7 +48,8 @@ class ChildSettings(ScoringOptions):
     @classmethod
     def of(cls, options: ScoringOptions) -> ChildSettings:
         given = {f.name: getattr(options, f.name) for f in fields(ScoringOptions)}
-        return cls(**{**given, "metrics": None, "decision_log": None}, record_metrics=options.metrics is not None)
+        kept_here = {"metrics": None, "decision_log": None, "logger_provider": None}
+        return cls(**{**given, **kept_here}, record_metrics=options.metrics is not None)
 
 
 @dataclass
