@@ -153,5 +153,5 @@ def test_the_setting_reads_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("RAGTRACE_EVALUATION_RESULTS", "logs")
     assert RagtraceSettings.from_env().processor_options()["evaluation_results"] == "logs"
     monkeypatch.setenv("RAGTRACE_EVALUATION_RESULTS", "nowhere")
-    with pytest.raises(Exception, match="evaluation_results|EVALUATION_RESULTS"):
+    with pytest.raises(Exception, match=r"evaluation_results|EVALUATION_RESULTS"):
         RagtraceSettings.from_env()
