@@ -166,8 +166,8 @@ class RagtraceSettings(BaseModel):
     drift: bool = Field(True, description="watch the scores for drift (`DriftMonitor`)")
     drift_interval: float = Field(30.0, gt=0, description="seconds between drift checks")
     canary: str = Field(
-        "off", description="the judge canary (with drift on): 'off', 'default' (drawn from data/hotpotqa) or the "
-        "path of a JSONL/JSON labels file (context_labels and/or labels per row)"
+        "off", description="the judge canary (with drift on): 'off', 'default' (20 labelled HotpotQA items shipped "
+        "in the package) or the path of a labels file as `ragtrace align` reads it (context_labels and/or labels)"
     )
     canary_size: int = Field(20, ge=1, description="labelled items the canary judges per run, at most")
     canary_interval: float = Field(3600.0, gt=0, description="seconds between scheduled canary runs")
@@ -196,7 +196,7 @@ class RagtraceSettings(BaseModel):
             return value
         path = Path(value).expanduser()
         if path.suffix.lower() not in (".jsonl", ".json", ".ndjson") or not path.is_file():
-            raise ValueError("'off', 'default', or the path of an existing JSONL/JSON labels file")
+            raise ValueError("'off', 'default', or the path of an existing labels file")
         return str(path)
 
     @field_validator("scorers", "retrieval_tools", mode="before")
