@@ -36,6 +36,11 @@ PlainEvent = tuple[str, dict[str, AttributeValue], int]
 SpanWrites = tuple[int, dict[str, AttributeValue], list[PlainEvent]]
 MetricCall = tuple[str, tuple[Any, ...]]
 
+# The scoring process starts with the OTel SDK off, so that no auto-instrumentation hook of the app installs
+# ragtrace there; this variable carries the app's own OTEL_SDK_DISABLED (empty: unset), which the child puts
+# back once started, for the one provider it may own (opt-in judge traces).
+APP_SDK_SWITCH = "RAGTRACE_APP_OTEL_SDK_DISABLED"
+
 
 @dataclass(frozen=True)
 class ChildSettings(ScoringOptions):
