@@ -18,6 +18,7 @@ from ragtrace._logs import ragtrace_logger
 from ragtrace.live.admission import Admission
 from ragtrace.live.announce import nothing_scored_line, say
 from ragtrace.live.counts import Counts
+from ragtrace.live.evaluation_logs import EvaluationResults
 from ragtrace.live.jobs import ThreadJudging
 from ragtrace.live.modes import Enrich, Link, Mode
 from ragtrace.live.options import ScoringOptions
@@ -41,6 +42,7 @@ class LiveScoring:
         self.mode: Mode = (Enrich if options.enrich else Link)(
             reason_max_chars=options.reason_max_chars, model=options.model,
             prompt_version=options.prompt_version, rules=options.capture_rules,
+            results=EvaluationResults(options.evaluation_results, options.logger_provider),
         )
         self.admission = Admission(
             self.store, self.counts, trace_id_bound=options.sampler.trace_id_bound, mode=self.mode,

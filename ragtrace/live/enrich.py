@@ -8,7 +8,7 @@ wrapped exporting processor encodes like any other.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -76,6 +76,8 @@ class Evaluation:
 
 # What one span gets written: attributes and events, by span id.
 Writes = dict[int, tuple[dict[str, AttributeValue], list[Event]]]
+# Which of a span's result events it keeps (the rest may go out as log records): see `EvaluationResults`.
+RouteEvents = Callable[[Sequence[Event]], Sequence[Event]]
 
 
 SESSION = "ragtrace.session.id"
@@ -301,9 +303,11 @@ def evaluation_span(
     resource: Resource,
     start_time: int,
     reason_max_chars: int,
+    route: RouteEvents | None = None,
 ) -> ReadableSpan:
     """Link mode: a short `evaluation <scorer>` span, child of the evaluated span and linked to it; for a
-    sample not judged at all (no `result`), one `evaluation` span saying why."""
+    sample not judged at all (no `result`), one `evaluation` span saying why. `route` decides which of its
+    result events it keeps (and may emit them elsewhere, as log records)."""
     end = time.time_ns()
     context = SpanContext(
         trace_id=target.trace_id,
@@ -318,6 +322,8 @@ def evaluation_span(
         attrs["gen_ai.evaluation.name"] = result.name
         attrs.update(scorer_attributes(result, reason_max_chars))
         events = (evaluation_event(result, reason_max_chars, end),)
+        if route is not None:
+            events = tuple(route(events))
         if result.error is not None:
             attrs["error.type"] = result.error
     elif evaluation.status != "skipped" and evaluation.error is not None:  # a failure, not a decision
@@ -339,13 +345,14 @@ def evaluation_span(
 
 
 def link_spans(
-    target: SpanContext, evaluation: Evaluation, *, resource: Resource, start_time: int, reason_max_chars: int
+    target: SpanContext, evaluation: Evaluation, *, resource: Resource, start_time: int, reason_max_chars: int,
+    route: RouteEvents | None = None,
 ) -> list[ReadableSpan]:
     """Link mode: the `evaluation <scorer>` spans of one evaluation; one `evaluation` span, saying why, for
     a sample not judged at all (it has no scorer results)."""
     results: Sequence[ScoreResult | None] = evaluation.results or (None,)
     return [
         evaluation_span(target, result, evaluation, resource=resource, start_time=start_time,
-                        reason_max_chars=reason_max_chars)
+                        reason_max_chars=reason_max_chars, route=route)
         for result in results
     ]

@@ -15,13 +15,25 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext
 from opentelemetry.util.types import AttributeValue
 
 from ragtrace._logs import ragtrace_logger
-from ragtrace._sdk import SPAN_ID, ids_of
+from ragtrace._sdk import SPAN_ID, TRACE_FLAGS, TRACE_ID, ids_of
 from ragtrace.capture import CaptureRules
 from ragtrace.capture.readers import span_role
-from ragtrace.live.enrich import EvalStatus, Evaluation, Rollup, Writes, enrich, link_spans, not_judged, writes_for
+from ragtrace.live.enrich import (
+    EvalStatus,
+    Evaluation,
+    Rollup,
+    RouteEvents,
+    Writes,
+    enrich,
+    link_spans,
+    not_judged,
+    writes_for,
+)
+from ragtrace.live.evaluation_logs import EvaluationResults
 from ragtrace.scoring import JUDGE_TIMEOUT
 
 logger = ragtrace_logger(__name__)
@@ -74,8 +86,12 @@ class Mode:
     # Admission: a held span waits for its trace's release (enrich), or goes on at once (link).
     holds_spans: ClassVar[bool]
 
-    def __init__(self, *, reason_max_chars: int, model: str, prompt_version: str, rules: CaptureRules) -> None:
+    def __init__(
+        self, *, reason_max_chars: int, model: str, prompt_version: str, rules: CaptureRules,
+        results: EvaluationResults | None = None,
+    ) -> None:
         self.reason_max_chars = reason_max_chars
+        self.results = results if results is not None else EvaluationResults()
         self._model = model
         self._prompt_version = prompt_version
         self._rules = rules
@@ -130,7 +146,19 @@ class Enrich(Mode):
             writes = {**writes_for(evaluations, self.reason_max_chars), **writes}
         if not writes:
             return list(spans)
-        return [_written(span, writes) for span in spans]
+        return [self._written(span, writes) for span in spans]
+
+    def _written(self, span: ReadableSpan, writes: Writes) -> ReadableSpan:
+        ctx = ids_of(span)[0]
+        if ctx is None or (found := writes.get(ctx[SPAN_ID])) is None:
+            return span
+        try:
+            attributes, events = found
+            kept = self.results.route(ctx[TRACE_ID], ctx[SPAN_ID], ctx[TRACE_FLAGS], events)
+            return enrich(span, attributes, kept)
+        except Exception:
+            logger.exception("ragtrace: enriching a span failed; forwarded unscored")
+            return span
 
 
 class Link(Mode):
@@ -150,6 +178,12 @@ class Link(Mode):
         if not evaluations:
             return []
         start = time.time_ns() if verdict.start_ns is None else verdict.start_ns
+        results = self.results
+
+        def route_to(target: SpanContext) -> RouteEvents:
+            # The results belong to the evaluated span: their log records are in its context.
+            return lambda events: results.route(target.trace_id, target.span_id, target.trace_flags, events)
+
         linked: list[ReadableSpan] = []
         for span in spans:
             target = span.context
@@ -158,19 +192,7 @@ class Link(Mode):
             try:
                 for evaluation in found:
                     linked += link_spans(target, evaluation, resource=span.resource, start_time=start,
-                                         reason_max_chars=self.reason_max_chars)
+                                         reason_max_chars=self.reason_max_chars, route=route_to(target))
             except Exception:
                 logger.exception("ragtrace: building an evaluation span failed")
         return linked
-
-
-def _written(span: ReadableSpan, writes: Writes) -> ReadableSpan:
-    ctx = ids_of(span)[0]
-    found = writes.get(ctx[SPAN_ID]) if ctx is not None else None
-    if found is None:
-        return span
-    try:
-        return enrich(span, *found)
-    except Exception:
-        logger.exception("ragtrace: enriching a span failed; forwarded unscored")
-        return span

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from opentelemetry._logs import LoggerProvider
+
 from ragtrace import _checks as checks
 from ragtrace.capture import DEFAULT_RULES, CaptureRules, Extractor
 from ragtrace.capture.explain import DecisionLog
@@ -12,7 +14,7 @@ from ragtrace.judges.base import Judge
 from ragtrace.live.metrics import RagtraceMetrics
 from ragtrace.live.redaction import Redactor
 from ragtrace.live.sampling import Sampler
-from ragtrace.live.settings import DEFAULTS, Mode, Target, WorkerKind, default_worker
+from ragtrace.live.settings import DEFAULTS, Mode, ResultsTo, Target, WorkerKind, default_worker
 from ragtrace.live.worker import DEFAULT_TICK_S
 from ragtrace.scoring import SCORERS, Scorer
 
@@ -41,6 +43,8 @@ class ScoringOptions:
     decision_log: keeps the last traces closed, to ask why they were (not) scored
         (`ragtrace.capture.explain.DecisionLog`).
     capture_rules: which tools are retrievals, which query is judged (`ragtrace.capture.CaptureRules`).
+    evaluation_results: each `gen_ai.evaluation.result` as a span event, a log record, or both;
+        logger_provider: where the log records go (default: the global one, a no-op until the app sets it).
     """
 
     judge: Judge
@@ -62,6 +66,8 @@ class ScoringOptions:
     worker: WorkerKind | None = None  # set in __post_init__: never None after it
     decision_log: DecisionLog | None = None
     capture_rules: CaptureRules = DEFAULT_RULES
+    evaluation_results: ResultsTo = DEFAULTS.evaluation_results
+    logger_provider: LoggerProvider | None = None
 
     def __post_init__(self) -> None:
         if self.worker is None:
@@ -72,6 +78,10 @@ class ScoringOptions:
             raise ValueError(f"worker must be 'thread' or 'process', got {self.worker!r}")
         if self.worker == "process" and self.mode != "enrich":
             raise ValueError("worker='process' writes scores in enrich mode only; use worker='thread' for link mode")
+        if self.evaluation_results not in ("events", "logs", "both"):
+            raise ValueError(
+                f"evaluation_results must be 'events', 'logs' or 'both', got {self.evaluation_results!r}"
+            )
         if self.target not in ("retrieval", "generation", "root"):
             raise ValueError(f"target must be 'retrieval', 'generation' or 'root', got {self.target!r}")
         checks.positive(self, "max_trace_wait", "score_deadline", "tick_interval", unit=" seconds")

@@ -41,6 +41,9 @@ LOCAL_JUDGE_CONCURRENCY = 1
 Mode = Literal["enrich", "link"]
 Target = Literal["retrieval", "generation", "root"]
 WorkerKind = Literal["thread", "process"]
+# Where each `gen_ai.evaluation.result` goes: span events (what trace UIs show), log records through the
+# OpenTelemetry Logs API (where OpenTelemetry is taking span events), or both.
+ResultsTo = Literal["events", "logs", "both"]
 Placement = Literal["auto", "exporter", "processor"]
 # Who builds the scoring: `install()` (and `scoring_batch_processor`), the `Gateway`, or the app's own code
 # building a face (`RagScoringSpanProcessor(...)`, `ScoringOptions`) by hand.
@@ -155,11 +158,16 @@ class RagtraceSettings(BaseModel):
     daily_usd_budget: float | None = Field(None, ge=0, description="judge spend a day in USD; past it, not sampled")
     redact: bool = Field(True, description="redact samples (keys, emails, ...) before the judge sees them")
     reason_max_chars: int = Field(500, ge=1, description="longest judge reason written on a span")
+    evaluation_results: ResultsTo = Field(
+        "both", description="where each gen_ai.evaluation.result goes: 'events' on the scored span, 'logs' as "
+        "log records through the OTel Logs API (the app's LoggerProvider; correlated by trace and span id), or "
+        "'both'",
+    )
     drift: bool = Field(True, description="watch the scores for drift (`DriftMonitor`)")
     drift_interval: float = Field(30.0, gt=0, description="seconds between drift checks")
     canary: str = Field(
-        "off", description="the judge canary (with drift on): 'off', 'default' (drawn from data/hotpotqa) or the "
-        "path of a JSONL/JSON labels file (context_labels and/or labels per row)"
+        "off", description="the judge canary (with drift on): 'off', 'default' (20 labelled HotpotQA items shipped "
+        "in the package) or the path of a labels file as `ragtrace align` reads it (context_labels and/or labels)"
     )
     canary_size: int = Field(20, ge=1, description="labelled items the canary judges per run, at most")
     canary_interval: float = Field(3600.0, gt=0, description="seconds between scheduled canary runs")
@@ -188,7 +196,7 @@ class RagtraceSettings(BaseModel):
             return value
         path = Path(value).expanduser()
         if path.suffix.lower() not in (".jsonl", ".json", ".ndjson") or not path.is_file():
-            raise ValueError("'off', 'default', or the path of an existing JSONL/JSON labels file")
+            raise ValueError("'off', 'default', or the path of an existing labels file")
         return str(path)
 
     @field_validator("scorers", "retrieval_tools", mode="before")
@@ -288,6 +296,7 @@ class RagtraceSettings(BaseModel):
             "concurrency": self.concurrency,
             "redactor": Redactor() if self.redact else None,
             "reason_max_chars": self.reason_max_chars,
+            "evaluation_results": self.evaluation_results,
             "capture_rules": self.capture_rules(),
         }
         if self.worker is not None:

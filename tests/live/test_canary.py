@@ -29,7 +29,7 @@ from ragtrace.demo.app import BM25Retriever, DemoApp, load_corpus, load_question
 from ragtrace.demo.run import DEMO_DRIFT, traffic
 from ragtrace.judges import Judge, LLMJudge, judge_id
 from ragtrace.live.drift import DriftConfig, DriftMetrics, DriftMonitor
-from ragtrace.live.drift.canary import Canary, load_canary
+from ragtrace.live.drift.canary import DEFAULT_CANARY, Canary, load_canary
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
 from ragtrace.scoring import ContextPrecision
@@ -217,17 +217,33 @@ def test_a_users_labels_file_is_the_canary(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        ({"query": "q", "contexts": ["a", "b"], "context_labels": [1]}, "one 0 or 1 per context"),
-        ({"query": "q", "contexts": ["a"], "labels": {"context_precision": "ok"}}, "'pass' or 'fail'"),
-        ({"query": "q", "contexts": ["a"]}, "needs context_labels and/or labels"),
+        ({"query": "q", "contexts": ["a", "b"], "context_labels": [1]}, "labels.jsonl:1: .*one label per context"),
+        ({"query": "q", "contexts": ["a"], "labels": {"context_precision": "ok"}}, "labels.jsonl:1: .*use pass/fail"),
+        ({"query": "q", "contexts": ["a"]}, "labels.jsonl: no row carries a label"),
     ],
 )
 def test_bad_labels_are_refused_with_the_line(tmp_path: Path, row: dict[str, Any], message: str) -> None:
+    """The canary reads labels as `ragtrace align` does: the same checks, the same messages."""
     labels = tmp_path / "labels.jsonl"
     labels.write_text(json.dumps(row) + "\n")
-    with pytest.raises(ValueError, match=message) as info:
+    with pytest.raises(ValueError, match=message):
         load_canary(labels)
-    assert "labels.jsonl:1" in str(info.value)
+
+
+def test_a_csv_labels_file_is_a_canary_too(tmp_path: Path) -> None:
+    labels = tmp_path / "labels.csv"
+    labels.write_text('query,contexts,response,context_labels\nq1,"[""good a"", ""bad b""]",r,"[1, 0]"\n')
+    (item,) = load_canary(labels)
+    assert item.context_labels == (True, False)
+    assert [c.content for c in item.sample.contexts] == ["good a", "bad b"]
+
+
+def test_the_shipped_canary_is_drawn_from_data_hotpotqa() -> None:
+    """The package carries its default canary (an installed ragtrace has no data/); it is every 25th row
+    of the repository's HotpotQA set, unchanged."""
+    root = Path(__file__).parents[2]
+    rows = [r for r in (root / "data/hotpotqa/hotpotqa_dev_500.jsonl").read_text().splitlines() if r.strip()]
+    assert DEFAULT_CANARY.read_text().splitlines() == rows[::25][:20]
 
 
 def test_the_default_canary_is_bounded_and_spread_over_hotpotqa() -> None:

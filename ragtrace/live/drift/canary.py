@@ -13,7 +13,6 @@ the pipeline's sampler and charged to its budget like any judging, and none once
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import threading
@@ -21,7 +20,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -31,16 +29,17 @@ from ragtrace.judges.base import Judge
 from ragtrace.judges.identity import JUDGE_ID, judge_identity
 from ragtrace.judges.run import judge_and_score
 from ragtrace.live.sampling import Sampler
-from ragtrace.offline.dataset import MAX_LINE_BYTES, FieldMap, read_json_documents, row_to_sample
+from ragtrace.offline.labels import load_labels
 from ragtrace.scoring import JudgeUsage, RagSample, Scorer, ScoreResult, default_scorers
 
 __all__ = ["DEFAULT_CANARY", "Canary", "CanaryItem", "CanaryRun", "load_canary"]
 
 logger = logging.getLogger("ragtrace.drift")
 
-#: The shipped labelled set the default canary is drawn from.
-DEFAULT_CANARY = Path(__file__).resolve().parents[3] / "data" / "hotpotqa" / "hotpotqa_dev_500.jsonl"
-_LABELS = ("pass", "fail")
+#: The default canary, shipped in the package (an installed ragtrace has no data/ folder): 20 items drawn
+#: evenly from data/hotpotqa/hotpotqa_dev_500.jsonl (every 25th row; HotpotQA dev, CC BY-SA 4.0, see
+#: data/hotpotqa/README.md), people's `context_labels` with each.
+DEFAULT_CANARY = Path(__file__).with_name("canary_hotpotqa.jsonl")
 
 
 @dataclass(frozen=True)
@@ -48,50 +47,26 @@ class CanaryItem:
     """One labelled sample: which contexts people found useful, and/or the label per scorer."""
 
     sample: RagSample
-    context_labels: tuple[bool, ...] | None = None
+    context_labels: tuple[bool | None, ...] | None = None  # None: that context was not labelled
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def _item(row: Any, fields: FieldMap, name: str, line: int) -> CanaryItem:
-    if not isinstance(row, dict):
-        raise ValueError(f"{name}:{line}: a row is a JSON object, got {type(row).__name__}")
-    raw_contexts = row.pop("context_labels", None)
-    raw_labels = row.pop("labels", None)
-    _, sample = row_to_sample(row, fields, name, line)
-    context_labels = None
-    if raw_contexts is not None:
-        if not isinstance(raw_contexts, list) or len(raw_contexts) != len(sample.contexts) or any(
-            v not in (0, 1) for v in raw_contexts
-        ):
-            raise ValueError(f"{name}:{line}: context_labels must be one 0 or 1 per context")
-        context_labels = tuple(bool(v) for v in raw_contexts)
-    labels: dict[str, str] = {}
-    if raw_labels is not None:
-        if not isinstance(raw_labels, dict) or any(v not in _LABELS for v in raw_labels.values()):
-            raise ValueError(f"{name}:{line}: labels must map a scorer to 'pass' or 'fail'")
-        labels = {str(k): str(v) for k, v in raw_labels.items()}
-    if context_labels is None and not labels:
-        raise ValueError(f"{name}:{line}: a canary row needs context_labels and/or labels")
-    return CanaryItem(sample, context_labels, labels)
-
-
 def load_canary(path: str | Path | None = None, *, size: int = 20) -> list[CanaryItem]:
-    """At most `size` labelled items of a JSONL/JSON labels file (default: the shipped HotpotQA set),
-    taken evenly across the file so the canary covers it, not only its first rows."""
+    """At most `size` labelled items of a labels file (JSONL, JSON, CSV or TSV, read as `ragtrace align` reads
+    it; default: the shipped HotpotQA set), taken evenly across the file so the canary covers it, not only
+    its first rows. Rows without a label are left out; a bad label is refused with its file and line."""
     if size < 1:
         raise ValueError(f"the canary size must be >= 1, got {size!r}")
-    source = Path(path) if path is not None else DEFAULT_CANARY
-    if source.suffix.lower() not in (".jsonl", ".json", ".ndjson"):
-        raise ValueError(f"{source}: a canary labels file is JSONL or JSON")
-    fields = FieldMap()
-    rows: list[tuple[int, Any]] = []
-    for line, text in read_json_documents(source, MAX_LINE_BYTES):
-        value = json.loads(text)
-        rows.extend((line, v) for v in (value if isinstance(value, list) else [value]))
-    if not rows:
-        raise ValueError(f"{source}: no labelled rows")
-    step = max(1, len(rows) // size)
-    return [_item(dict(row), fields, str(source), line) for line, row in rows[::step][:size]]
+    labelled = [item for item in load_labels(path if path is not None else DEFAULT_CANARY) if item.labelled]
+    step = max(1, len(labelled) // size)
+    return [
+        CanaryItem(
+            item.sample,
+            item.context_labels,
+            {name: "pass" if said else "fail" for name, said in item.labels.items()},
+        )
+        for item in labelled[::step][:size]
+    ]
 
 
 @dataclass(frozen=True)
@@ -117,7 +92,8 @@ def _agreements(item: CanaryItem, results: Mapping[str, ScoreResult]) -> list[bo
     precision = results.get("context_precision")
     if item.context_labels is not None and precision is not None and precision.score is not None:
         useful = {v["index"]: bool(v["useful"]) for v in precision.details.get("verdicts", [])}
-        matches += [useful[i] == label for i, label in enumerate(item.context_labels) if i in useful]
+        matches += [useful[i] == label for i, label in enumerate(item.context_labels)
+                    if label is not None and i in useful]
     for scorer, label in item.labels.items():
         result = results.get(scorer)
         if result is not None and result.label is not None:

@@ -27,6 +27,7 @@ from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
 from ragtrace.live.modes import Verdict
 from ragtrace.live.planning import Planner
 from ragtrace.live.scoring_process.protocol import (
+    APP_SDK_SWITCH,
     Answers,
     ChildSettings,
     MetricCall,
@@ -172,8 +173,20 @@ def serve(inbound: IO[bytes], outbound: IO[bytes]) -> None:
         writer.join(10)
 
 
+def _restore_app_sdk_switch() -> None:
+    """The SDK was off for this interpreter's start only: from here on it follows the app's setting."""
+    app = os.environ.pop(APP_SDK_SWITCH, None)
+    if app is None:
+        return
+    if app:
+        os.environ["OTEL_SDK_DISABLED"] = app
+    else:
+        os.environ.pop("OTEL_SDK_DISABLED", None)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    _restore_app_sdk_switch()
     logging.basicConfig(level=logging.WARNING, format="ragtrace scoring process: %(levelname)s %(name)s: %(message)s")
     inbound, outbound = os.fdopen(int(args[0]), "rb"), os.fdopen(int(args[1]), "wb")
     try:

@@ -29,6 +29,7 @@ from ragtrace._logs import ragtrace_logger
 from ragtrace.live.modes import INTERNAL_ERROR, JUDGE_TIMED_OUT, QUEUE_FULL, Outcome, Verdict
 from ragtrace.live.options import ScoringOptions
 from ragtrace.live.scoring_process.protocol import (
+    APP_SDK_SWITCH,
     HEADER,
     Answers,
     ChildSettings,
@@ -65,6 +66,7 @@ def _child_environment() -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         "RAGTRACE_ENABLED": "false",
         "OTEL_SDK_DISABLED": "true",
+        APP_SDK_SWITCH: os.environ.get("OTEL_SDK_DISABLED", ""),
     }
 
 

@@ -36,11 +36,16 @@ PlainEvent = tuple[str, dict[str, AttributeValue], int]
 SpanWrites = tuple[int, dict[str, AttributeValue], list[PlainEvent]]
 MetricCall = tuple[str, tuple[Any, ...]]
 
+# The scoring process starts with the OTel SDK off, so that no auto-instrumentation hook of the app installs
+# ragtrace there; this variable carries the app's own OTEL_SDK_DISABLED (empty: unset), which the child puts
+# back once started, for the one provider it may own (opt-in judge traces).
+APP_SDK_SWITCH = "RAGTRACE_APP_OTEL_SDK_DISABLED"
+
 
 @dataclass(frozen=True)
 class ChildSettings(ScoringOptions):
     """The app's `ScoringOptions` as the scoring process gets them (they must pickle): the same fields,
-    names and defaults, less what stays in the app's process (metrics, decision log), plus whether the
+    names and defaults, less what stays in the app's process (metrics, decision log, logger provider), plus whether the
     app has metrics to replay the child's scores and judge calls on."""
 
     record_metrics: bool = False
@@ -48,7 +53,8 @@ class ChildSettings(ScoringOptions):
     @classmethod
     def of(cls, options: ScoringOptions) -> ChildSettings:
         given = {f.name: getattr(options, f.name) for f in fields(ScoringOptions)}
-        return cls(**{**given, "metrics": None, "decision_log": None}, record_metrics=options.metrics is not None)
+        kept_here = {"metrics": None, "decision_log": None, "logger_provider": None}
+        return cls(**{**given, **kept_here}, record_metrics=options.metrics is not None)
 
 
 @dataclass

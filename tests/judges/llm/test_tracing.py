@@ -40,11 +40,13 @@ def app_provider(otlp_receiver: OtlpReceiver) -> Iterator[TracerProvider]:
     provider.shutdown()
 
 
-def _score_one(app_provider: TracerProvider, judge: LLMJudge, receiver: OtlpReceiver) -> ReceivedSpan:
+def _score_one(
+    app_provider: TracerProvider, judge: LLMJudge, receiver: OtlpReceiver, worker: str = "thread"
+) -> ReceivedSpan:
     """One RAG trace of the app, scored by `judge` (no pipeline redactor: the judge's trace redacts itself)."""
     app_provider.add_span_processor(RagScoringSpanProcessor(
         BatchSpanProcessor(OTLPSpanExporter(endpoint=receiver.grpc_endpoint, insecure=True), schedule_delay_millis=50),
-        judge=judge, sampler=Sampler(rate=1.0), tick_interval=0.01, redactor=None,
+        judge=judge, sampler=Sampler(rate=1.0), tick_interval=0.01, redactor=None, worker=worker,
     ))
     ids = rag_trace(app_provider.get_tracer("rag-app"), query=f"what is good? mail {SECRET}",
                     docs=("good doc", "bad doc"))
@@ -94,6 +96,28 @@ def test_the_judges_calls_are_traced_apart_and_linked_from_the_score(
     # And the app's trace holds no judge span.
     app_spans = [s for s in spans if s.trace_id == scored.trace_id]
     assert not any(s.name.startswith("chat ") or s.name == "ragtrace.judge" for s in app_spans)
+
+
+def test_the_scoring_process_traces_the_judge_on_a_provider_of_its_own(
+    judge_server: JudgeServer, otlp_receiver: OtlpReceiver, app_provider: TracerProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`worker="process"` (install()'s default): the judge runs in the scoring process, whose own provider
+    exports the judge's spans over OTLP as the standard variables say; the scored span still names them."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.http_endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    judge = LLMJudge("openai/judge-test", api_base=judge_server.url + "/v1", api_key="sk-test",
+                     traces=JudgeTraces())
+    scored = _score_one(app_provider, judge, otlp_receiver, worker="process")
+    trace_id = int(str(scored.attributes["ragtrace.judge.trace_id"]), 16)
+    wanted = {"ragtrace.judge", "chat openai/judge-test"}
+    spans = otlp_receiver.wait_for_spans(
+        lambda got: wanted <= {s.name for s in got if s.trace_id == trace_id}, timeout=30
+    )
+    judged = [s for s in spans if s.trace_id == trace_id]
+    assert {s.service_name for s in judged} == {"ragtrace-judge"}  # the scoring process's own provider
+    assert {s.transport for s in judged} == {"http"}  # as OTEL_EXPORTER_OTLP_PROTOCOL says
 
 
 def test_without_the_setting_no_judge_call_is_traced(
