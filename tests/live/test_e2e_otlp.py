@@ -135,7 +135,7 @@ def test_scores_and_metrics_arrive_over_grpc(grpc_app: App, otlp_receiver: OtlpR
     exemplars = {
         (round(value, 2), trace_id, span_id)
         for m in otlp_receiver.metrics() if m.name == score.name for p in m.data_points
-        for value, trace_id, span_id in p.exemplars
+        for value, trace_id, span_id, _ in p.exemplars
     }
     assert exemplars == {(0.83, retrieval.trace_id, retrieval.span_id), (0.67, retrieval.trace_id, retrieval.span_id)}
     tokens = otlp_receiver.wait_for_metric("ragtrace.judge.tokens")
