@@ -22,9 +22,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from ragtrace.cli import build_parser
 from ragtrace.cli.serve import settings_of, spool_of
+from ragtrace.live.metrics import SCORE_SERIES_KEYS
 from tests.gateway.test_gateway import app_provider, health
 from tests.gateway.test_security import self_signed
-from ragtrace.live.metrics import SCORE_SERIES_KEYS
 from tests.live.fakes import open_rag_trace, plain_trace, rag_trace
 from tests.servers.otlp import OtlpReceiver
 

@@ -16,7 +16,6 @@ from opentelemetry.sdk.metrics.export import (
     NumberDataPoint,
     PeriodicExportingMetricReader,
 )
-
 from opentelemetry.sdk.metrics.view import DropAggregation, View
 
 from ragtrace.live.metrics import DURATION_BUCKETS, SCORE_BUCKETS, SCORE_SERIES_KEYS, RagtraceMetrics, views
