@@ -51,7 +51,7 @@ class Variant:
         ] if data is not None else []
         return {
             "series": len(points),
-            "series_with_session": sum("ragtrace.session.id" in p.attributes for p in points),
+            "series_with_session": sum("ragtrace.session.id" in (p.attributes or {}) for p in points),
             "exemplars_with_session": sum(
                 "ragtrace.session.id" in (e.filtered_attributes or {}) for p in points for e in p.exemplars
             ),
