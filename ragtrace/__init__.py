@@ -8,7 +8,8 @@
 Where you build the pipeline yourself: `scoring_batch_processor(exporter)` (behind the batching), or the
 two faces `RagScoringSpanExporter` (behind) and `RagScoringSpanProcessor` (in front of the exporting
 processor). `OtlpJsonFileSpanExporter` writes spans to a file `ragtrace explain` reads. `RagtraceSettings`,
-`Sampler` and `Redactor` are what `install(**options)` takes. The scoring
+`Sampler` and `Redactor` are what `install(**options)` takes; `metric_views()` are the Views of a MeterProvider
+whose score exemplars carry the session (`session_exemplars`). The scoring
 types live in `ragtrace.scoring`, the judges in `ragtrace.judges`.
 
 Everything is imported on first use, so `import ragtrace` stays light.
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         Redactor,
         Sampler,
         install,
+        metric_views,
         scoring_batch_processor,
     )
     from ragtrace.offline import (
@@ -51,6 +53,7 @@ _LAZY = {
     "RagtraceSettings": "ragtrace.live",
     "Sampler": "ragtrace.live",
     "Redactor": "ragtrace.live",
+    "metric_views": "ragtrace.live",
     "evaluate": "ragtrace.offline",
     "align": "ragtrace.offline",
     "aalign": "ragtrace.offline",
@@ -84,5 +87,6 @@ __all__ = [
     "create_context_relevance_scorer",
     "evaluate",
     "install",
+    "metric_views",
     "scoring_batch_processor",
 ]

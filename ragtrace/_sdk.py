@@ -20,7 +20,9 @@ from operator import attrgetter
 from typing import Any, Final
 
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter
+from opentelemetry.sdk.metrics.view import DropAggregation
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -146,6 +148,31 @@ def metric_exporter_preferences(exporter: MetricExporter) -> tuple[Any, Any]:
     """(preferred temporality, preferred aggregation) of a metric exporter, for an exporter wrapping it (the
     SDK's reader reads these fields of the exporter it is given, and they have no public getter)."""
     return exporter._preferred_temporality, exporter._preferred_aggregation
+
+
+def views_keep_attribute(provider: object, instrument: object, key: str) -> bool | None:
+    """Whether the SDK MeterProvider's views keep measurement attribute `key` as a series attribute of
+    `instrument` (one of its own): True when a view matching it keeps every attribute or names `key`, or
+    when none matches (the default view keeps every attribute); False when each matching view drops it
+    (lists other keys, or drops the instrument). None when unknown: not the SDK's provider, or its views
+    are not where this reads them. The SDK takes views only in the provider's constructor, and shows them
+    nowhere public: `_sdk_config.views`, matched by the View's own `_match`."""
+    if not isinstance(provider, SdkMeterProvider):
+        return None
+    try:
+        views = provider._sdk_config.views
+        matching = [view for view in views if view._match(instrument)]  # type: ignore[arg-type]
+        if not matching:
+            return True
+        for view in matching:
+            if isinstance(view._aggregation, DropAggregation):
+                continue
+            keys = view._attribute_keys
+            if keys is None or key in keys:
+                return True
+        return False
+    except Exception:
+        return None
 
 
 def batch_queue_room(processor: SpanProcessor) -> tuple[int, int, int] | None:

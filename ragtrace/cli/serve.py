@@ -132,12 +132,18 @@ def _port(value: int | None) -> int | None:
 
 
 def settings_of(args: argparse.Namespace) -> RagtraceSettings:
-    """`RAGTRACE_*` settings with the flags given on the command line applied, checked like the variables."""
+    """`RAGTRACE_*` settings with the flags given on the command line applied, checked like the variables.
+    `session_exemplars` is on unless RAGTRACE_SESSION_EXEMPLARS says otherwise: serve builds its own
+    MeterProvider, with `metric_views()`, so the session reaches the exemplars and never a series."""
     from ragtrace.live.settings import RagtraceSettings, as_flag
     from ragtrace.live.settings_rows import SERVE_FLAGS
 
     settings = RagtraceSettings.from_env()
-    overrides = {name: getattr(args, name) for name in SERVE_FLAGS if getattr(args, name, None) is not None}
+    overrides: dict[str, Any] = {
+        name: getattr(args, name) for name in SERVE_FLAGS if getattr(args, name, None) is not None
+    }
+    if "session_exemplars" not in settings.model_fields_set:
+        overrides["session_exemplars"] = True
     return settings.with_overrides(overrides, as_flag)
 
 
@@ -238,8 +244,10 @@ def run(args: argparse.Namespace) -> int:
             from opentelemetry.sdk.metrics import MeterProvider
             from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
+            from ragtrace.live.metrics import views
+
             meter_provider = MeterProvider(
-                metric_readers=[PeriodicExportingMetricReader(outlet)], resource=replica_resource()
+                metric_readers=[PeriodicExportingMetricReader(outlet)], resource=replica_resource(), views=views()
             )
         spool = spool_of(args)
         gateway = Gateway(

@@ -6,6 +6,7 @@ from ragtrace.live.enrich import Evaluation
 from ragtrace.live.exporter import BatchedScoring, RagScoringSpanExporter, ScoringBatchSpanProcessor
 from ragtrace.live.file_exporter import OtlpJsonFileSpanExporter
 from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.metrics import views as metric_views
 from ragtrace.live.options import ScoringOptions
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.redaction import Redactor
@@ -34,5 +35,6 @@ __all__ = [
     "auto_install",
     "install",
     "installed",
+    "metric_views",
     "scoring_batch_processor",
 ]

@@ -44,12 +44,13 @@ class Jobs(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class SampleRef:
-    """A sample out for judging: the span its scores go to, its scorers, its retriever's name."""
+    """A sample out for judging: the span its scores go to, its scorers, its retriever's name, its session."""
 
     target: int
     names: tuple[str, ...]
     retriever: str
     agent: int | None = None  # the agent span whose roll-up counts this sample's evaluation
+    session: str | None = None  # for the score metrics' exemplars
 
 
 @dataclass(eq=False)
@@ -142,7 +143,7 @@ class TraceJudging:
             jobs[key] = planned
             target = self._planner.target_of(captured, by_id, spans)
             trace.waiting[key] = SampleRef(target, tuple(s.name for s in planned[1]), captured.retriever,
-                                           captured.agent_span_id)
+                                           captured.agent_span_id, captured.session_id)
             verdict.annotations.setdefault(target, {}).update(sample_attributes(captured))
         return jobs
 
@@ -195,7 +196,7 @@ class TraceJudging:
             for result in evaluation.results:
                 # Results skipped for `no_context` reach metrics too: they make the empty-retrieval rate.
                 if result.score is not None or result.skipped == "no_context":
-                    _call(self.metrics.score, result, ref.retriever, (verdict.trace_id, ref.target))
+                    _call(self.metrics.score, result, ref.retriever, (verdict.trace_id, ref.target), ref.session)
 
     def take_finished(self, timeout: float = 0.0) -> list[Verdict]:
         """The verdicts of the traces whose last job reported, waiting up to `timeout` for the first."""

@@ -13,20 +13,26 @@ from collections.abc import Callable, Iterable
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.sdk.metrics.view import View
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from ragtrace._logs import ragtrace_logger
+from ragtrace._sdk import views_keep_attribute
 from ragtrace._version import __version__
 from ragtrace.judges.identity import JUDGE_ID
+from ragtrace.live.enrich import SESSION
 from ragtrace.live.failures import FailureLog
 from ragtrace.scoring.result import JudgeUsage, ScoreResult
 
 __all__ = [
     "DURATION_BUCKETS",
     "SCORE_BUCKETS",
+    "SCORE_METRIC",
+    "SCORE_SERIES_KEYS",
     "RagtraceMetrics",
     "ScoredSpan",
     "scored_span_context",
+    "views",
 ]
 
 _logger = ragtrace_logger(__name__)
@@ -37,6 +43,20 @@ SCORE_BUCKETS: tuple[float, ...] = tuple(round(i / 10, 1) for i in range(1, 11))
 DURATION_BUCKETS: tuple[float, ...] = (
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 )  # fmt: skip
+
+SCORE_METRIC = "ragtrace.evaluation.score"
+#: The attributes a score's series is labelled with; anything else recorded with a score (the session id)
+#: is dropped from the series by `views()` and kept on the measurement's exemplar.
+SCORE_SERIES_KEYS: tuple[str, ...] = ("gen_ai.evaluation.name", "ragtrace.retriever", "ragtrace.label", JUDGE_ID)
+
+
+def views() -> list[View]:
+    """The Views to build a MeterProvider with (`MeterProvider(views=ragtrace.metric_views())`) for the session
+    on the score histogram's exemplars: the score series keep `SCORE_SERIES_KEYS` only, so the session id
+    recorded with each score (`session_exemplars`) lands in the exemplar's filtered attributes, never in a
+    series of its own. Harmless without `session_exemplars`: the series keep the keys they have."""
+    return [View(instrument_name=SCORE_METRIC, meter_name="ragtrace", attribute_keys=set(SCORE_SERIES_KEYS))]
+
 
 #: (trace id, span id) of the span a score is written on.
 ScoredSpan = tuple[int, int]
@@ -85,30 +105,55 @@ class _Cardinality:
             return value
 
 
+def _session_key(provider: MeterProvider, score: object) -> str | None:
+    """`SESSION` when the provider's views keep it off the score series (then it only reaches exemplars),
+    else None and a warning: a series per session must never happen."""
+    kept = views_keep_attribute(provider, score, SESSION)
+    if kept is False:
+        return SESSION
+    why = ("its views keep it on the score series" if kept else
+           "ragtrace cannot read this MeterProvider's views (the OpenTelemetry SDK's MeterProvider is needed)")
+    _logger.warning(
+        "ragtrace: session_exemplars is on, but the session id is not recorded: %s. Build the MeterProvider "
+        "with views=ragtrace.metric_views()", why,
+    )
+    return None
+
+
 class RagtraceMetrics:
     """ragtrace's instruments on one meter (`ragtrace`); `None` means the global MeterProvider.
 
-    All attribute values are names from small sets (scorer, label, retriever, decision, model, outcome);
-    never a trace id, a query or a score.
+    All series attribute values are names from small sets (scorer, label, retriever, decision, model,
+    outcome); never a trace id, a query or a score. `session_exemplars`: each score is also recorded with
+    its session id (`ragtrace.session.id`) for the exemplar, but only when the provider's views drop that
+    key from the score series (`views()`); otherwise a warning says so and the session is left out.
     """
 
-    def __init__(self, meter_provider: MeterProvider | None = None) -> None:
+    def __init__(self, meter_provider: MeterProvider | None = None, *, session_exemplars: bool = False) -> None:
         self._cardinality = _Cardinality()
         self._failures = FailureLog(_logger, "ragtrace metrics", "metrics may be incomplete")
         self._queue_depth: Callable[[], int] | None = None
         self._spans_held: Callable[[], int] | None = None
+        self._session_key: str | None = None  # recorded with a score only where no series keeps it
         provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         try:
             self._create_instruments(provider)
+            if session_exemplars:
+                self._session_key = _session_key(provider, self._score)
         except Exception:  # a broken provider costs the metrics, not the host
             self._failures.failed("setup")
             self._create_instruments(metrics.NoOpMeterProvider())
+
+    @property
+    def session_exemplars(self) -> bool:
+        """Whether scores carry their session id to the exemplars (asked for, and the views allow it)."""
+        return self._session_key is not None
 
     def _create_instruments(self, provider: MeterProvider) -> None:
         meter = provider.get_meter("ragtrace", __version__)
 
         self._score = meter.create_histogram(
-            "ragtrace.evaluation.score",
+            SCORE_METRIC,
             unit="1",
             description="Scores of scored evaluations, by scorer, label and retriever.",
             explicit_bucket_boundaries_advisory=SCORE_BUCKETS,
@@ -152,28 +197,32 @@ class RagtraceMetrics:
         except Exception:
             self._failures.failed("decision")
 
-    def score(self, result: ScoreResult, retriever: str, scored_span: ScoredSpan | None = None) -> None:
+    def score(
+        self, result: ScoreResult, retriever: str, scored_span: ScoredSpan | None = None, session: str | None = None
+    ) -> None:
         """Record a scored result's raw score; skipped and failed results (score None) are not recorded.
 
         The histogram's buckets are 0.1 .. 1.0, so they only mean something for scores on scale 1; a scorer
         run with another scale still records its raw score, in the top bucket or above. `scored_span`, the
         span the score is written on, becomes the measurement's exemplar: a chart of low scores links to
-        the traces that made them.
+        the traces that made them; with `session_exemplars`, the sample's `session` goes on that exemplar too.
         """
         try:
             self.record_score(
-                result.name, result.score, result.label, result.skipped, retriever, scored_span, result.usage.judge_id
+                result.name, result.score, result.label, result.skipped, retriever, scored_span,
+                result.usage.judge_id, session,
             )
         except Exception:
             self._failures.failed("score")
 
     def record_score(
         self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str,
-        scored_span: ScoredSpan | None = None, judge_id: str = "",
+        scored_span: ScoredSpan | None = None, judge_id: str = "", session: str | None = None,
     ) -> None:
         """`score` in plain values. A scoring process's results are replayed through it (plain values cost
         the app's process a tenth of what a result object does), so a subclass that watches scores hooks
-        here, not in `score`. `judge_id` (`ragtrace.judge.id`) labels the series: one value per judge."""
+        here, not in `score`. `judge_id` (`ragtrace.judge.id`) labels the series: one value per judge.
+        `session` is recorded only with `session_exemplars` (the views then keep it off the series)."""
         try:
             if score is None:
                 return
@@ -185,6 +234,8 @@ class RagtraceMetrics:
                 attributes["ragtrace.label"] = label
             if judge_id:
                 attributes[JUDGE_ID] = self._cardinality.bound(JUDGE_ID, judge_id)
+            if session and self._session_key is not None:
+                attributes[self._session_key] = session
             self._score.record(score, attributes, context=_in_span(scored_span))
         except Exception:
             self._failures.failed("score")

@@ -163,6 +163,11 @@ class RagtraceSettings(BaseModel):
         "log records through the OTel Logs API (the app's LoggerProvider; correlated by trace and span id), or "
         "'both'",
     )
+    session_exemplars: bool = Field(
+        False, description="record each score's session id (ragtrace.session.id) on the score histogram's exemplars; "
+        "needs a MeterProvider built with views=ragtrace.metric_views() (without them: not recorded, a warning); "
+        "`ragtrace serve` turns it on, with the views, unless set",
+    )
     drift: bool = Field(True, description="watch the scores for drift (`DriftMonitor`)")
     drift_interval: float = Field(30.0, gt=0, description="seconds between drift checks")
     canary: str = Field(
@@ -316,12 +321,12 @@ class RagtraceSettings(BaseModel):
     ) -> RagtraceMetrics:
         """The processor's metrics; with `drift` on, they also feed a scheduled DriftMonitor (with `canary`)."""
         if not self.drift:
-            return RagtraceMetrics(meter_provider)
+            return RagtraceMetrics(meter_provider, session_exemplars=self.session_exemplars)
         monitor = DriftMonitor(
             interval=self.drift_interval, meter_provider=meter_provider, canary=canary,
             canary_interval=self.canary_interval,
         )
-        return DriftMetrics(meter_provider, monitor=monitor.start())
+        return DriftMetrics(meter_provider, monitor=monitor.start(), session_exemplars=self.session_exemplars)
 
 
 DEFAULTS = RagtraceSettings.model_construct()  # every row's default (not validated: they are the defaults)

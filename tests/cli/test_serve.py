@@ -22,9 +22,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from ragtrace.cli import build_parser
 from ragtrace.cli.serve import settings_of, spool_of
+from ragtrace.live.metrics import SCORE_SERIES_KEYS
 from tests.gateway.test_gateway import app_provider, health
 from tests.gateway.test_security import self_signed
-from tests.live.fakes import plain_trace, rag_trace
+from tests.live.fakes import open_rag_trace, plain_trace, rag_trace
 from tests.servers.otlp import OtlpReceiver
 
 
@@ -181,6 +182,42 @@ def stopped(process: subprocess.Popen[str]) -> str:
     _, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     return err
+
+
+def test_serve_metrics_carry_sessions_on_exemplars_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert settings_of(serve_args()).session_exemplars  # serve builds its MeterProvider with the views
+    monkeypatch.setenv("RAGTRACE_SESSION_EXEMPLARS", "false")
+    assert not settings_of(serve_args()).session_exemplars
+
+
+def test_serve_metrics_put_the_session_on_score_exemplars(otlp_receiver: OtlpReceiver) -> None:
+    """Out of the box, a scored sample's session is on its score exemplars; the series stay per scorer."""
+    env = {**os.environ, "RAGTRACE_SAMPLE_RATE": "1.0"}
+    env.pop("RAGTRACE_SESSION_EXEMPLARS", None)
+    command = serve_command(
+        "--grpc-port", "0", "--http-port", "0", "--exporter-endpoint", otlp_receiver.grpc_endpoint,
+        "--trace-settle", "0", "--log-level", "WARNING",
+    )
+    with serving(command, env) as (process, ports):
+        provider = app_provider(GrpcSpanExporter(endpoint=f"http://127.0.0.1:{ports['grpc']}", insecure=True))
+        root, ids = open_rag_trace(provider.get_tracer("rag-app"), query="what is good?", docs=("good doc", "noise"))
+        root.set_attribute("gen_ai.conversation.id", "conv-7")
+        root.end()
+        assert provider.force_flush(5000)
+        provider.shutdown()
+        spans = otlp_receiver.wait_for_spans(len(ids), timeout=60)
+        err = stopped(process)  # flushes the metrics
+    (retrieval,) = [s for s in spans if s.name == "retrieve"]
+    assert retrieval.attributes["ragtrace.eval.status"] == "scored", err
+    score = otlp_receiver.wait_for_metric("ragtrace.evaluation.score", timeout=5)
+    points = [p for m in otlp_receiver.metrics() if m.name == score.name for p in m.data_points]
+    assert points and all(set(p.attributes) <= set(SCORE_SERIES_KEYS) for p in points)
+    exemplars = [e for p in points for e in p.exemplars]
+    assert exemplars and all(
+        (e.trace_id, e.span_id, e.filtered_attributes) == (retrieval.trace_id, retrieval.span_id,
+                                                           {"ragtrace.session.id": "conv-7"})
+        for e in exemplars
+    )
 
 
 def test_serve_logs_what_matters_at_info(otlp_receiver: OtlpReceiver) -> None:

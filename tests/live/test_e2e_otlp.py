@@ -5,7 +5,7 @@ real OTLP receiver on 127.0.0.1; metrics likewise."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExp
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.view import View
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -22,10 +23,10 @@ from opentelemetry.trace import SpanKind
 
 from ragtrace.judges import judge_id
 from ragtrace.live.exporter import RagScoringSpanExporter, ScoringBatchSpanProcessor
-from ragtrace.live.metrics import RagtraceMetrics
+from ragtrace.live.metrics import SCORE_SERIES_KEYS, RagtraceMetrics, views
 from ragtrace.live.processor import RagScoringSpanProcessor
 from ragtrace.live.sampling import Sampler
-from tests.live.fakes import Placement, ScriptedJudge, plain_trace, rag_trace
+from tests.live.fakes import Placement, ScriptedJudge, open_rag_trace, plain_trace, rag_trace
 from tests.servers.otlp import OtlpReceiver, ReceivedSpan
 
 
@@ -34,15 +35,17 @@ class App:
 
     def __init__(
         self, span_exporter: SpanExporter, metric_exporter: MetricExporter, placement: Placement = "processor",
-        **options: object,
+        metric_views: Sequence[View] = (), session_exemplars: bool = False, **options: object,
     ) -> None:
         resource = Resource.create({"service.name": "rag-app"})
         self.meter_provider = MeterProvider(
             resource=resource,
             metric_readers=[PeriodicExportingMetricReader(metric_exporter, export_interval_millis=200)],
+            views=metric_views,
         )
+        self.metrics = RagtraceMetrics(self.meter_provider, session_exemplars=session_exemplars)
         scoring: dict[str, Any] = {
-            "judge": ScriptedJudge(), "sampler": Sampler(rate=1.0), "metrics": RagtraceMetrics(self.meter_provider),
+            "judge": ScriptedJudge(), "sampler": Sampler(rate=1.0), "metrics": self.metrics,
             "tick_interval": 0.01, **options,
         }
         self.provider = TracerProvider(resource=resource)
@@ -135,7 +138,7 @@ def test_scores_and_metrics_arrive_over_grpc(grpc_app: App, otlp_receiver: OtlpR
     exemplars = {
         (round(value, 2), trace_id, span_id)
         for m in otlp_receiver.metrics() if m.name == score.name for p in m.data_points
-        for value, trace_id, span_id in p.exemplars
+        for value, trace_id, span_id, _ in p.exemplars
     }
     assert exemplars == {(0.83, retrieval.trace_id, retrieval.span_id), (0.67, retrieval.trace_id, retrieval.span_id)}
     tokens = otlp_receiver.wait_for_metric("ragtrace.judge.tokens")
@@ -143,6 +146,45 @@ def test_scores_and_metrics_arrive_over_grpc(grpc_app: App, otlp_receiver: OtlpR
     otlp_receiver.wait_for_metric("ragtrace.judge.duration")
     otlp_receiver.wait_for_metric("ragtrace.spans.held")
     otlp_receiver.wait_for_metric("ragtrace.queue.depth")
+
+
+SESSION = "ragtrace.session.id"
+# (metric views, session_exemplars): only both put the session on the exemplars; the option alone must not
+# turn it into a series label.
+SESSION_SETUPS = {"views+option": (True, True), "neither": (False, False), "option without views": (False, True)}
+
+
+@pytest.mark.parametrize("worker", ["thread", "process"])
+@pytest.mark.parametrize("with_views, session_exemplars", SESSION_SETUPS.values(), ids=SESSION_SETUPS.keys())
+def test_the_session_reaches_score_exemplars_never_series(
+    otlp_receiver: OtlpReceiver, worker: str, with_views: bool, session_exemplars: bool
+) -> None:
+    app = App(
+        GrpcSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
+        GrpcMetricExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True),
+        metric_views=views() if with_views else (), session_exemplars=session_exemplars, worker=worker,
+    )
+    try:
+        root, ids = open_rag_trace(app.tracer, docs=("good doc", "noise", "good again"))
+        root.set_attribute("session.id", "chat-42")  # what the app's instrumentation says of the conversation
+        root.end()
+        assert app.provider.force_flush(5000)
+        retrieval = assert_scored_trace(otlp_receiver.wait_for_spans(len(ids)), ids)
+        assert retrieval.attributes[SESSION] == "chat-42"  # the sample carries it in every setup
+        score = otlp_receiver.wait_for_metric(
+            "ragtrace.evaluation.score", predicate=lambda m: sum(p.count or 0 for p in m.data_points) == 2
+        )
+        points = [p for m in otlp_receiver.metrics() if m.name == score.name for p in m.data_points]
+        assert {frozenset(p.attributes) for p in points} == {frozenset(SCORE_SERIES_KEYS)}  # never a session label
+        exemplars = [e for p in points for e in p.exemplars]
+        assert {(round(e.value, 2), e.trace_id, e.span_id) for e in exemplars} == {
+            (0.83, retrieval.trace_id, retrieval.span_id), (0.67, retrieval.trace_id, retrieval.span_id),
+        }
+        expected = {SESSION: "chat-42"} if with_views and session_exemplars else {}
+        assert all(e.filtered_attributes == expected for e in exemplars)
+        assert app.metrics.session_exemplars is (with_views and session_exemplars)
+    finally:
+        app.close()
 
 
 def test_judge_failure_arrives_as_status_not_as_loss(grpc_app: App, otlp_receiver: OtlpReceiver) -> None:

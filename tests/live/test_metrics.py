@@ -16,8 +16,9 @@ from opentelemetry.sdk.metrics.export import (
     NumberDataPoint,
     PeriodicExportingMetricReader,
 )
+from opentelemetry.sdk.metrics.view import DropAggregation, View
 
-from ragtrace.live.metrics import DURATION_BUCKETS, SCORE_BUCKETS, RagtraceMetrics
+from ragtrace.live.metrics import DURATION_BUCKETS, SCORE_BUCKETS, SCORE_SERIES_KEYS, RagtraceMetrics, views
 from ragtrace.scoring import JudgeUsage, ScoreResult
 from tests.servers.otlp import OtlpReceiver
 
@@ -164,6 +165,70 @@ def test_broken_provider_falls_back_to_noop(caplog: pytest.LogCaptureFixture) ->
     rt.decision("scored")
     rt.score(ScoreResult(name="context_precision", score=0.5, label="pass"), "docs")
     assert any("setup failed" in r.getMessage() for r in caplog.records)
+
+
+SESSION_KEY = "ragtrace.session.id"
+
+
+def _scored_with_session(provider_views: list[View], session_exemplars: bool) -> tuple[RagtraceMetrics, list[Any]]:
+    reader = InMemoryMetricReader()
+    rt = RagtraceMetrics(MeterProvider(metric_readers=[reader], views=provider_views),
+                         session_exemplars=session_exemplars)
+    for session in ("chat-1", "chat-2", "chat-3"):
+        rt.score(ScoreResult(name="context_precision", score=0.8, label="pass"), "docs", (7, 9), session)
+    return rt, collect(reader)["ragtrace.evaluation.score"][1]
+
+
+def test_views_put_the_session_on_exemplars_and_keep_the_series() -> None:
+    rt, points = _scored_with_session(views(), session_exemplars=True)
+    assert rt.session_exemplars
+    (point,) = points  # one series for three sessions
+    assert set(point.attributes) == {"gen_ai.evaluation.name", "ragtrace.retriever", "ragtrace.label"}
+    assert tuple(point.explicit_bounds) == SCORE_BUCKETS  # the view keeps the instrument's buckets
+    assert {e.filtered_attributes[SESSION_KEY] for e in point.exemplars} <= {"chat-1", "chat-2", "chat-3"}
+    assert point.exemplars and all((e.trace_id, e.span_id) == (7, 9) for e in point.exemplars)
+
+
+# Each way a provider could end up with a series per session: the option then records no session at all.
+UNSAFE_VIEWS = {
+    "no view": [],
+    "a view keeping every attribute": [View(instrument_name="ragtrace.evaluation.score", description="mine")],
+    "a view naming the session": [
+        View(instrument_name="ragtrace.*", attribute_keys={*SCORE_SERIES_KEYS, SESSION_KEY})
+    ],
+    "ragtrace's view and another keeping all": [*views(), View(meter_name="ragtrace")],
+}
+
+
+@pytest.mark.parametrize("provider_views", UNSAFE_VIEWS.values(), ids=UNSAFE_VIEWS.keys())
+def test_session_exemplars_without_safe_views_record_no_session(
+    provider_views: list[View], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ragtrace.live.metrics"):
+        rt, points = _scored_with_session(provider_views, session_exemplars=True)
+    assert not rt.session_exemplars
+    assert any("views=ragtrace.metric_views()" in r.getMessage() for r in caplog.records)
+    assert points and all(SESSION_KEY not in p.attributes for p in points)
+    assert all(not e.filtered_attributes for p in points for e in p.exemplars)
+
+
+def test_a_dropped_score_stream_is_safe_and_the_option_is_off_by_default() -> None:
+    rt = RagtraceMetrics(MeterProvider(views=[*views(), View(instrument_name="ragtrace.evaluation.score",
+                                                              aggregation=DropAggregation())]),
+                         session_exemplars=True)
+    assert rt.session_exemplars
+    off, points = _scored_with_session(views(), session_exemplars=False)
+    assert not off.session_exemplars
+    assert all(not e.filtered_attributes for p in points for e in p.exemplars)
+
+
+def test_a_provider_that_is_not_the_sdks_records_no_session(caplog: pytest.LogCaptureFixture) -> None:
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    with caplog.at_level(logging.WARNING, logger="ragtrace.live.metrics"):
+        rt = RagtraceMetrics(NoOpMeterProvider(), session_exemplars=True)
+    assert not rt.session_exemplars
+    assert any("cannot read this MeterProvider's views" in r.getMessage() for r in caplog.records)
 
 
 def test_attribute_cardinality_is_capped(rt: RagtraceMetrics, reader: InMemoryMetricReader) -> None:

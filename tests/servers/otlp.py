@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import pytest
@@ -85,6 +85,15 @@ class ReceivedSpan:
         return [attrs for event_name, attrs in self.events if event_name == name]
 
 
+class ReceivedExemplar(NamedTuple):
+    """One exemplar: its value, the span it links to, and the measurement attributes a View kept off the series."""
+
+    value: float
+    trace_id: int | None
+    span_id: int | None
+    filtered_attributes: Attributes
+
+
 @dataclass(frozen=True)
 class ReceivedDataPoint:
     """A number point (`value`) or a histogram point (`count`, `sum`, `bucket_counts`, `explicit_bounds`)."""
@@ -99,11 +108,15 @@ class ReceivedDataPoint:
     max: float | None = None
     start_time_unix_nano: int = 0
     time_unix_nano: int = 0
-    exemplars: tuple[tuple[float, int | None, int | None], ...] = ()  # (value, trace id, span id)
+    exemplars: tuple[ReceivedExemplar, ...] = ()
 
 
-def _exemplars(point: Any) -> tuple[tuple[float, int | None, int | None], ...]:
-    return tuple((float(_number_value(e) or 0), _id(e.trace_id), _id(e.span_id)) for e in point.exemplars)
+def _exemplars(point: Any) -> tuple[ReceivedExemplar, ...]:
+    return tuple(
+        ReceivedExemplar(float(_number_value(e) or 0), _id(e.trace_id), _id(e.span_id),
+                         decode_attributes(e.filtered_attributes))
+        for e in point.exemplars
+    )
 
 
 @dataclass(frozen=True)

@@ -309,15 +309,17 @@ class DriftMetrics(RagtraceMetrics):
     calls too): the histogram records the scores (skips have none), the monitor feeds both to the detector.
     """
 
-    def __init__(self, meter_provider: MeterProvider | None = None, *, monitor: DriftMonitor) -> None:
-        super().__init__(meter_provider)
+    def __init__(
+        self, meter_provider: MeterProvider | None = None, *, monitor: DriftMonitor, session_exemplars: bool = False
+    ) -> None:
+        super().__init__(meter_provider, session_exemplars=session_exemplars)
         self.monitor = monitor
 
     def record_score(
         self, scorer: str, score: float | None, label: str | None, skipped: str | None, retriever: str,
-        scored_span: ScoredSpan | None = None, judge_id: str = "",
+        scored_span: ScoredSpan | None = None, judge_id: str = "", session: str | None = None,
     ) -> None:
-        super().record_score(scorer, score, label, skipped, retriever, scored_span, judge_id)
+        super().record_score(scorer, score, label, skipped, retriever, scored_span, judge_id, session)
         self.monitor.feed_value(scorer, score, skipped, retriever, scored_span, judge_id)
 
     def shutdown(self) -> None:

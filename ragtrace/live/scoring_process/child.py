@@ -55,8 +55,11 @@ class RecordedMetrics(RagtraceMetrics):
 
     # Plain values, replayed through the app's `record_*` methods: unpickling result objects there would
     # cost the app's process ten times as much.
-    def score(self, result: ScoreResult, retriever: str, scored_span: ScoredSpan | None = None) -> None:
-        call = (result.name, result.score, result.label, result.skipped, retriever, scored_span, result.usage.judge_id)
+    def score(
+        self, result: ScoreResult, retriever: str, scored_span: ScoredSpan | None = None, session: str | None = None
+    ) -> None:
+        call = (result.name, result.score, result.label, result.skipped, retriever, scored_span,
+                result.usage.judge_id, session)
         with self._lock:
             self._calls.append(("record_score", call))
 
