@@ -175,13 +175,15 @@ def test_monitor_gauges_logs_and_spans(caplog: pytest.LogCaptureFixture) -> None
             monitor.observe("context_precision", "docs", value)
         monitor.check()
         gauges = _gauges(reader)
-        assert gauges["ragtrace.drift.detected"] == [(attrs, 1.0)]
+        # While drifted the gauge names the cause: no canary here, so it cannot tell judge from retrieval.
+        assert gauges["ragtrace.drift.detected"] == [({**attrs, "ragtrace.drift.cause": "unknown"}, 1.0)]
         assert gauges["ragtrace.drift.score_delta"][0][1] < -0.2
         for value in _noise(rng, 0.8, 200):
             monitor.observe("context_precision", "docs", value)
         monitor.check()
     messages = [r.getMessage() for r in caplog.records if r.name == "ragtrace.drift"]
     assert len(messages) == 2 and "drift started" in messages[0] and "drift ended" in messages[1]
+    assert _gauges(reader)["ragtrace.drift.detected"] == [(attrs, 0.0)]  # ended: the cause is gone
     finished = spans.get_finished_spans()
     assert [s.name for s in finished] == ["ragtrace.drift", "ragtrace.drift"]
     assert [s.attributes["ragtrace.drift.state"] for s in finished if s.attributes] == ["started", "ended"]

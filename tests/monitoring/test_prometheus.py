@@ -196,6 +196,10 @@ def test_low_scores_fire_the_failing_share_and_drift_alerts(app: int, tmp_path: 
         assert failing["labels"]["gen_ai_evaluation_name"] == "context_precision"
         assert float(failing["value"]) > 0.3
         assert "RagtraceDriftDetected" in names, f"alerts: {alerts}"  # the drift gauge, through the same path
+        drift = next(a for a in firing if a["labels"]["alertname"] == "RagtraceDriftDetected")
+        # The scores moved because the judge was swapped, and the canary moved with them: the alert says so.
+        assert drift["labels"]["ragtrace_drift_cause"] == "judge", f"alerts: {alerts}"
+        assert "cause: judge" in drift["annotations"]["summary"]
         # The canary judged by the swapped judge agrees with people on a third of the labels: the drop alert
         # fires, naming the new judge's id.
         canary_drop = next((a for a in firing if a["labels"]["alertname"] == "RagtraceJudgeCanaryDrop"), None)

@@ -108,6 +108,7 @@ class DriftMonitor:
         self._empty_rates: dict[str, float] = {}
         self._check_lock = threading.Lock()
         self._scheduler: Any = None
+        self._causes: dict[tuple[str, str], str] = {}  # (scorer, retriever) -> cause, while drifted
         self._failures = FailureLog(logger, "ragtrace drift", "drift detection may be incomplete")
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("ragtrace.drift")
         provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
@@ -215,10 +216,13 @@ class DriftMonitor:
             "ragtrace.drift.recent_mean": round(state.recent_mean, 6),
             "ragtrace.drift.recent_n": state.recent_n,
         }
+        key = (state.scorer, state.retriever)
+        self._causes.pop(key, None)
         if state.detected:
             cause, why = attribute(state, self.judges, self.canary)
             attributes["ragtrace.drift.cause"] = cause
             attributes["ragtrace.drift.cause_reason"] = why
+            self._causes[key] = cause  # on the detected gauge while it lasts: the alert names it
         showing = self._recent.showing((state.scorer, state.retriever), state.delta < 0, DRIFT_LINKS) if (
             state.detected
         ) else []
@@ -292,10 +296,17 @@ class DriftMonitor:
         ]
 
     def _observe_detected(self, _options: CallbackOptions) -> Iterable[Observation]:
-        return [
-            Observation(int(s.detected), {"gen_ai.evaluation.name": s.scorer, "ragtrace.retriever": s.retriever})
-            for s in list(self._states.values()) if s.ready
-        ]
+        """1 while drifted, with its cause (`judge`, `retrieval`, `unknown`: three values at most)."""
+        causes = dict(self._causes)
+        observed = []
+        for s in list(self._states.values()):
+            if not s.ready:
+                continue
+            attributes = {"gen_ai.evaluation.name": s.scorer, "ragtrace.retriever": s.retriever}
+            if s.detected and (cause := causes.get((s.scorer, s.retriever))) is not None:
+                attributes["ragtrace.drift.cause"] = cause
+            observed.append(Observation(int(s.detected), attributes))
+        return observed
 
     def _observe_empty(self, _options: CallbackOptions) -> Iterable[Observation]:
         return [Observation(rate, {"ragtrace.retriever": r}) for r, rate in list(self._empty_rates.items())]
