@@ -19,8 +19,8 @@ Modes (`--modes`):
   a sender process; the gateway's process judges.
 
 Variants (`--variants`, each a set of LLMJudge keywords; a tree that lacks a keyword is skipped):
-- default: LLMJudge's defaults. On this tree an `openai/` model goes over aiohttp (`judges/llm/openai_http.py`) and, its server being on
-  127.0.0.1 (a local model server), streams; on an older tree, litellm streamed.
+- default: LLMJudge's defaults. On this tree an `openai/` model goes over aiohttp (`openai_http.py`) and,
+  its server being on 127.0.0.1 (a local model server), streams; on an older tree, litellm streamed.
 - default_twin: the same again (an A/A twin: the spread between the two is the machine's noise).
 - stream_off / stream_on: `stream=False` / `stream=True`.
 - litellm_stream_off / litellm_stream_on: `transport=LiteLLMTransport(...)` (this tree's litellm path).
