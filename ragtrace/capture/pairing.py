@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._sdk import capture_fields
 from ragtrace.capture import openllmetry, readers
 from ragtrace.capture.rules import DEFAULT_RULES, CaptureRules
 from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor, SpanVerdict, TraceReport
@@ -82,6 +83,20 @@ def _normalised(text: str) -> str:
     return " ".join(text.split())
 
 
+def _normalised_all(texts: list[str]) -> str:
+    """`_normalised("\\n".join(texts))`, text by text: a text that recurs (a prompt both in a generation's
+    messages and in its `input.value`) is normalised once."""
+    done: dict[str, str] = {}
+    parts = []
+    for text in texts:
+        flat = done.get(text)
+        if flat is None:
+            flat = done[text] = _normalised(text)
+        if flat:
+            parts.append(flat)
+    return " ".join(parts)
+
+
 def _probe(text: str) -> str:
     return _normalised(text[: PROBE_CHARS * 2])[:PROBE_CHARS]
 
@@ -91,19 +106,18 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _node(span: ReadableSpan, order: int) -> _Node | None:
-    context = getattr(span, "context", None)
+    context, parent, start, end = capture_fields(span)
     trace_id = _int_or_none(getattr(context, "trace_id", None))
     span_id = _int_or_none(getattr(context, "span_id", None))
     if trace_id is None or span_id is None:
         return None
-    parent = getattr(span, "parent", None)
     return _Node(
         span,
         trace_id,
         span_id,
         _int_or_none(getattr(parent, "span_id", None)) if parent is not None else None,
-        _int_or_none(getattr(span, "start_time", None)),
-        _int_or_none(getattr(span, "end_time", None)),
+        _int_or_none(start),
+        _int_or_none(end),
         order=order,
     )
 
@@ -193,7 +207,7 @@ class _Trace:
         cached = self._inputs.get(node.span_id)
         if cached is None:
             try:
-                cached = _normalised("\n".join(readers.read_input_texts(node.span, self.limits)))
+                cached = _normalised_all(readers.read_input_texts(node.span, self.limits))
             except Exception:
                 notes.add("reader_error")
                 cached = ""
@@ -274,51 +288,6 @@ class _Trace:
         self._agents[node.span_id] = found
         return found
 
-    def user_question(
-        self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
-    ) -> tuple[str, str, int] | None:
-        """(question, where, user turns) as the trace records the user asking it, by evidence order: the
-        paired generation's last user message (when its input shows it consumed the retrieval: paired by
-        time, it may be another step's), the agent's input, the root's input. A text that quotes the
-        retrieved documents, or holds the retrieval's query within more, is a prompt built from them, not
-        the question, and is passed over. A generation's message that holds the agent's or root's input
-        within more (smolagents' "New task:\n<question>") wraps it: the input is the question. Without a query
-        of the retrieval's own to weigh them against, the sources are taken as they are (the generation's
-        message even when paired by time)."""
-        strict = reading.query is not None
-        run_inputs = self.run_inputs(node, notes)
-        # Paired by time, the generation may be another step's: its message counts only without a query to weigh.
-        consulted = generation if rule != "time" or not strict else None
-        if not run_inputs and consulted is None:
-            return None  # nothing recorded the user asking (an ordinary trace whose root says nothing)
-        own = _normalised(reading.query or "")
-        raw_own = (reading.query or "").strip()
-
-        def is_question(text: str) -> bool:
-            if not strict:
-                return True
-            if raw_own and raw_own in text and raw_own != text.strip():  # the usual template, found unnormalised
-                return False
-            flat = _normalised(text)
-            if own and own in flat and own != flat:
-                return False
-            return not any(p in flat for p in self.probes(node, reading))
-
-        if strict and any(_normalised(text) == own for text, _ in run_inputs):
-            return None  # the run was given the retrieval's query itself: no rewrite to undo
-        inputs = [(text, where) for text, where in run_inputs if is_question(text)]
-        if consulted is not None:
-            try:
-                found = readers.read_user_message(consulted.span, consulted.shape, self.limits, notes)
-                if found is not None and is_question(found):
-                    flat = _normalised(found)
-                    inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
-                    turns = readers.read_user_turns(consulted.span, consulted.shape, self.limits, notes)
-                    return (*inner, turns) if inner is not None else (found, "generation", turns)
-            except Exception:
-                notes.add("reader_error")
-        return (*inputs[0], 1) if inputs else None
-
     def run_inputs(self, node: _Node, notes: set[str]) -> list[tuple[str, str]]:
         """The texts the agent run above a span and the trace's root say they were given, with where."""
         found: list[tuple[str, str]] = []
@@ -346,7 +315,7 @@ class _Trace:
         own = reading.query
         if own is not None and self.rules.query_source == "retrieval":
             return own, "retrieval"
-        asked = self.user_question(node, reading, generation, rule, notes)
+        asked = _user_question(self, node, reading, generation, rule, notes)
         if asked is None:
             if own is None:
                 raise Skip("no_query")
@@ -395,6 +364,57 @@ class _Trace:
                 return value
             notes.add("wrong_attribute_type")
         return None
+
+
+def _user_question(
+    trace: _Trace, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
+) -> tuple[str, str, int] | None:
+    """(question, where, user turns) as the trace records the user asking it, by evidence order: the
+    paired generation's last user message (when its input shows it consumed the retrieval: paired by
+    time, it may be another step's), the agent's input, the root's input. A text that quotes the
+    retrieved documents, or holds the retrieval's query within more, is a prompt built from them, not
+    the question, and is passed over. A generation's message that holds the agent's or root's input
+    within more (smolagents' "New task:\n<question>") wraps it: the input is the question. Without a query
+    of the retrieval's own to weigh them against, the sources are taken as they are (the generation's
+    message even when paired by time)."""
+    strict = reading.query is not None
+    run_inputs = trace.run_inputs(node, notes)
+    # Paired by time, the generation may be another step's: its message counts only without a query to weigh.
+    consulted = generation if rule != "time" or not strict else None
+    if not run_inputs and consulted is None:
+        return None  # nothing recorded the user asking (an ordinary trace whose root says nothing)
+    inputs: list[tuple[str, str]] = []
+    if run_inputs:  # an ordinary trace's root says nothing: no normalising for it
+        if strict and any(_normalised(text) == _normalised(reading.query or "") for text, _ in run_inputs):
+            return None  # the run was given the retrieval's query itself: no rewrite to undo
+        inputs = [(text, where) for text, where in run_inputs if _is_question(trace, node, reading, text)]
+    if consulted is not None:
+        try:
+            found = readers.read_user_message(consulted.span, consulted.shape, trace.limits, notes)
+            if found is not None and _is_question(trace, node, reading, found):
+                flat = _normalised(found)
+                inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
+                turns = readers.read_user_turns(consulted.span, consulted.shape, trace.limits, notes)
+                return (*inner, turns) if inner is not None else (found, "generation", turns)
+        except Exception:
+            notes.add("reader_error")
+    return (*inputs[0], 1) if inputs else None
+
+
+def _is_question(trace: _Trace, node: _Node, reading: RetrievalReading, text: str) -> bool:
+    """Whether a text may be the user's question rather than a prompt built around the retrieval: with a
+    query of the retrieval's own, a text that holds it within more, or quotes the retrieved texts, is not.
+    The cheapest test first: the usual RAG template holds the query as written."""
+    query = reading.query
+    if query is None:
+        return True
+    raw_own = query.strip()
+    if raw_own and raw_own in text and raw_own != text.strip():  # the usual template, found unnormalised
+        return False
+    flat, own = _normalised(text), _normalised(query)
+    if own and own in flat and own != flat:
+        return False
+    return not any(p in flat for p in trace.probes(node, reading))
 
 
 def _group(spans: Sequence[ReadableSpan], stats: CaptureStats, rules: CaptureRules) -> dict[int, list[_Node]]:
