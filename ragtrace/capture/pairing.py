@@ -53,6 +53,7 @@ from ragtrace.capture.values import (
 from ragtrace.scoring import Document, RagSample
 
 GROUND_TRUTH = "ragtrace.ground_truth"
+_MARK_KEYS = readers.SESSION_MARKERS | {GROUND_TRUTH}
 
 
 @dataclass
@@ -86,6 +87,8 @@ def _normalised(text: str) -> str:
 def _normalised_all(texts: list[str]) -> str:
     """`_normalised("\\n".join(texts))`, text by text: a text that recurs (a prompt both in a generation's
     messages and in its `input.value`) is normalised once."""
+    if len(set(texts)) == len(texts):
+        return _normalised("\n".join(texts))
     done: dict[str, str] = {}
     parts = []
     for text in texts:
@@ -279,12 +282,13 @@ class _Trace:
         """The nearest agent run above a span (GenAI invoke_agent, OpenInference AGENT, OpenLLMetry agent)."""
         if node.span_id in self._agents:
             return self._agents[node.span_id]
-        found = None
-        for up in self.ancestors(node):
-            above = self.by_id.get(up)
-            if above is not None and readers.is_agent(above.span):
+        found, parent, steps = None, node.parent_id, 0  # the parents walked as `ancestors` does, no list built
+        while parent is not None and parent != node.span_id and steps < len(self.nodes):
+            above = self.by_id.get(parent)
+            if above is None or readers.is_agent(above.span):
                 found = above
                 break
+            parent, steps = above.parent_id, steps + 1
         self._agents[node.span_id] = found
         return found
 
@@ -333,14 +337,9 @@ class _Trace:
         trace, one conversation: the root's, else the first span's that says; Pydantic AI writes it on every
         span, OpenLLMetry on the root only)."""
         if self._marks is None:
-            holders: list[_Node] = []
-            said: list[_Node] = []
-            for n in self.nodes:
-                attrs = attrs_of(n.span)
-                if GROUND_TRUTH in attrs:
-                    holders.append(n)
-                if not readers.SESSION_MARKERS.isdisjoint(attrs):  # most spans say nothing
-                    said.append(n)
+            marked = [n for n in self.nodes if not _MARK_KEYS.isdisjoint(attrs_of(n.span))]  # most say nothing
+            holders = [n for n in marked if GROUND_TRUTH in attrs_of(n.span)]
+            said = [n for n in marked if not readers.SESSION_MARKERS.isdisjoint(attrs_of(n.span))]
             if self.root in said:
                 said.insert(0, self.root)
             session = next((found for n in said if (found := readers.read_session(n.span)) is not None), None)
