@@ -24,7 +24,7 @@ from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.metrics.view import DropAggregation
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.util.types import AttributeValue
@@ -72,6 +72,33 @@ SDK_SPAN: type[ReadableSpan] | None = ReadableSpan if _fields_match_properties()
 def ids_of(span: ReadableSpan) -> tuple[SpanContext | None, SpanContext | None]:
     """(context, parent) of any span; the hot paths inline this as `(SDK_IDS if ... else PUBLIC_IDS)(span)`."""
     return (SDK_IDS if type(span) is SDK_SPAN else PUBLIC_IDS)(span)  # type: ignore[no-any-return]
+
+
+# The SDK's spans whose fields `capture_fields` and `has_events` read: its ReadableSpan, and the Span that the
+# processors and exporters of the same process are handed (it inherits the properties, overrides none).
+_CAPTURE_TYPES: Final = (
+    frozenset({ReadableSpan, Span}) if SDK_SPAN is not None
+    and not any(name in vars(Span) for name in ("context", "parent", "start_time", "end_time", "events"))
+    else frozenset()
+)
+_CAPTURE_FIELDS: Final = attrgetter("_context", "_parent", "_start_time", "_end_time")
+
+
+def capture_fields(span: object) -> tuple[Any, Any, Any, Any]:
+    """(context, parent, start, end) of a span, None for what it lacks: capture reads them for every span
+    of a trace, and each property is a Python call."""
+    if type(span) in _CAPTURE_TYPES:
+        return _CAPTURE_FIELDS(span)  # type: ignore[no-any-return]
+    return (getattr(span, "context", None), getattr(span, "parent", None), getattr(span, "start_time", None),
+            getattr(span, "end_time", None))
+
+
+def has_events(span: object) -> bool:
+    """Whether a span recorded any event: its list's length, not the tuple copy (taken under a lock) that
+    each read of `span.events` builds; most spans have none."""
+    if type(span) in _CAPTURE_TYPES:
+        return len(span._events) > 0  # type: ignore[attr-defined]
+    return bool(span.events)  # type: ignore[attr-defined]
 
 
 def is_local_root(span: ReadableSpan) -> bool:

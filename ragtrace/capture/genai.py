@@ -12,6 +12,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._sdk import has_events
 from ragtrace.capture import openllmetry
 from ragtrace.capture.values import (
     FROM_EVENTS,
@@ -193,7 +194,7 @@ def read_retrieval(span: ReadableSpan, attrs: Attrs, limits: CaptureLimits, note
 def _messages(span: ReadableSpan, attrs: Attrs, key: str, limits: CaptureLimits, notes: set[str]) -> list[Any]:
     raw = _attribute(span, attrs, key, notes)
     if raw is None:
-        if not span.events or indexed(attrs, "gen_ai.prompt." if key == INPUT_MESSAGES else "gen_ai.completion."):
+        if not has_events(span) or indexed(attrs, "gen_ai.prompt." if key == INPUT_MESSAGES else "gen_ai.completion."):
             return []
         return event_messages(span, key == OUTPUT_MESSAGES, limits, notes)
     if isinstance(raw, tuple | list):  # structured (AnyValue) messages

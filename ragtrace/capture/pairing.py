@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._sdk import capture_fields
 from ragtrace.capture import openllmetry, readers
 from ragtrace.capture.rules import DEFAULT_RULES, CaptureRules
 from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor, SpanVerdict, TraceReport
@@ -52,6 +53,7 @@ from ragtrace.capture.values import (
 from ragtrace.scoring import Document, RagSample
 
 GROUND_TRUTH = "ragtrace.ground_truth"
+_MARK_KEYS = readers.SESSION_MARKERS | {GROUND_TRUTH}
 
 
 @dataclass
@@ -82,6 +84,22 @@ def _normalised(text: str) -> str:
     return " ".join(text.split())
 
 
+def _normalised_all(texts: list[str]) -> str:
+    """`_normalised("\\n".join(texts))`, text by text: a text that recurs (a prompt both in a generation's
+    messages and in its `input.value`) is normalised once."""
+    if len(set(texts)) == len(texts):
+        return _normalised("\n".join(texts))
+    done: dict[str, str] = {}
+    parts = []
+    for text in texts:
+        flat = done.get(text)
+        if flat is None:
+            flat = done[text] = _normalised(text)
+        if flat:
+            parts.append(flat)
+    return " ".join(parts)
+
+
 def _probe(text: str) -> str:
     return _normalised(text[: PROBE_CHARS * 2])[:PROBE_CHARS]
 
@@ -91,19 +109,18 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _node(span: ReadableSpan, order: int) -> _Node | None:
-    context = getattr(span, "context", None)
+    context, parent, start, end = capture_fields(span)
     trace_id = _int_or_none(getattr(context, "trace_id", None))
     span_id = _int_or_none(getattr(context, "span_id", None))
     if trace_id is None or span_id is None:
         return None
-    parent = getattr(span, "parent", None)
     return _Node(
         span,
         trace_id,
         span_id,
         _int_or_none(getattr(parent, "span_id", None)) if parent is not None else None,
-        _int_or_none(getattr(span, "start_time", None)),
-        _int_or_none(getattr(span, "end_time", None)),
+        _int_or_none(start),
+        _int_or_none(end),
         order=order,
     )
 
@@ -193,7 +210,7 @@ class _Trace:
         cached = self._inputs.get(node.span_id)
         if cached is None:
             try:
-                cached = _normalised("\n".join(readers.read_input_texts(node.span, self.limits)))
+                cached = _normalised_all(readers.read_input_texts(node.span, self.limits))
             except Exception:
                 notes.add("reader_error")
                 cached = ""
@@ -265,12 +282,13 @@ class _Trace:
         """The nearest agent run above a span (GenAI invoke_agent, OpenInference AGENT, OpenLLMetry agent)."""
         if node.span_id in self._agents:
             return self._agents[node.span_id]
-        found = None
-        for up in self.ancestors(node):
-            above = self.by_id.get(up)
-            if above is not None and readers.is_agent(above.span):
+        found, parent, steps = None, node.parent_id, 0  # the parents walked as `ancestors` does, no list built
+        while parent is not None and parent != node.span_id and steps < len(self.nodes):
+            above = self.by_id.get(parent)
+            if above is None or readers.is_agent(above.span):
                 found = above
                 break
+            parent, steps = above.parent_id, steps + 1
         self._agents[node.span_id] = found
         return found
 
@@ -280,14 +298,9 @@ class _Trace:
         trace, one conversation: the root's, else the first span's that says; Pydantic AI writes it on every
         span, OpenLLMetry on the root only)."""
         if self._marks is None:
-            holders: list[_Node] = []
-            said: list[_Node] = []
-            for n in self.nodes:
-                attrs = attrs_of(n.span)
-                if GROUND_TRUTH in attrs:
-                    holders.append(n)
-                if not readers.SESSION_MARKERS.isdisjoint(attrs):  # most spans say nothing
-                    said.append(n)
+            marked = [n for n in self.nodes if not _MARK_KEYS.isdisjoint(attrs_of(n.span))]  # most say nothing
+            holders = [n for n in marked if GROUND_TRUTH in attrs_of(n.span)]
+            said = [n for n in marked if not readers.SESSION_MARKERS.isdisjoint(attrs_of(n.span))]
             if self.root in said:
                 said.insert(0, self.root)
             session = next((found for n in said if (found := readers.read_session(n.span)) is not None), None)
@@ -337,29 +350,19 @@ class _Asked:
         consulted = generation if rule != "time" or not strict else None
         if not run_inputs and consulted is None:
             return None  # nothing recorded the user asking (an ordinary trace whose root says nothing)
-        own = _normalised(reading.query or "")
-        raw_own = (reading.query or "").strip()
-
-        def is_question(text: str) -> bool:
-            if not strict:
-                return True
-            if raw_own and raw_own in text and raw_own != text.strip():  # the usual template, found unnormalised
-                return False
-            flat = _normalised(text)
-            if own and own in flat and own != flat:
-                return False
-            return not any(p in flat for p in self.trace.probes(node, reading))
-
-        if strict and any(_normalised(text) == own for text, _ in run_inputs):
-            return None  # the run was given the retrieval's query itself: no rewrite to undo
-        inputs = [(text, where) for text, where in run_inputs if is_question(text)]
+        trace = self.trace
+        inputs: list[tuple[str, str]] = []
+        if run_inputs:  # an ordinary trace's root says nothing: no normalising for it
+            if strict and any(_normalised(text) == _normalised(reading.query or "") for text, _ in run_inputs):
+                return None  # the run was given the retrieval's query itself: no rewrite to undo
+            inputs = [(text, where) for text, where in run_inputs if _is_question(trace, node, reading, text)]
         if consulted is not None:
             try:
-                found = readers.read_user_message(consulted.span, consulted.shape, self.trace.limits, notes)
-                if found is not None and is_question(found):
+                found = readers.read_user_message(consulted.span, consulted.shape, trace.limits, notes)
+                if found is not None and _is_question(trace, node, reading, found):
                     flat = _normalised(found)
                     inner = next(((t, w) for t, w in inputs if (f := _normalised(t)) != flat and f in flat), None)
-                    turns = readers.read_user_turns(consulted.span, consulted.shape, self.trace.limits, notes)
+                    turns = readers.read_user_turns(consulted.span, consulted.shape, trace.limits, notes)
                     return (*inner, turns) if inner is not None else (found, "generation", turns)
             except Exception:
                 notes.add("reader_error")
@@ -403,6 +406,22 @@ class _Asked:
         if turns > 1:  # a follow-up in a conversation: the retrieval's query is its standalone form
             return own, "retrieval (standalone form of a follow-up)"
         return question, where
+
+
+def _is_question(trace: _Trace, node: _Node, reading: RetrievalReading, text: str) -> bool:
+    """Whether a text may be the user's question rather than a prompt built around the retrieval: with a
+    query of the retrieval's own, a text that holds it within more, or quotes the retrieved texts, is not.
+    The cheapest test first: the usual RAG template holds the query as written."""
+    query = reading.query
+    if query is None:
+        return True
+    raw_own = query.strip()
+    if raw_own and raw_own in text and raw_own != text.strip():  # the usual template, found unnormalised
+        return False
+    flat, own = _normalised(text), _normalised(query)
+    if own and own in flat and own != flat:
+        return False
+    return not any(p in flat for p in trace.probes(node, reading))
 
 
 def _group(spans: Sequence[ReadableSpan], stats: CaptureStats, rules: CaptureRules) -> dict[int, list[_Node]]:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from ragtrace._sdk import has_events
 from ragtrace.capture import genai, haystack, openinference, openllmetry, tools
 from ragtrace.capture.rules import DEFAULT_RULES, CaptureRules
 from ragtrace.capture.values import (
@@ -164,10 +165,10 @@ def read_user_message(span: ReadableSpan, shape: str, limits: CaptureLimits, not
 def read_input(span: ReadableSpan, limits: CaptureLimits, notes: set[str]) -> str | None:
     """The user's question as a trace's root span records it, whatever the convention."""
     attrs = attrs_of(span)
-    if not attrs and not span.events:
+    if not attrs and not has_events(span):
         return None
     found = openinference.input_query(attrs, limits, notes)
-    if found is None and span.events:
+    if found is None and has_events(span):
         found = genai.user_message(span, attrs, limits, notes)
     if found is None:
         raw = attrs.get(openllmetry.ENTITY_INPUT)
@@ -200,7 +201,7 @@ def read_input_texts(span: ReadableSpan, limits: CaptureLimits) -> list[str]:
             text_leaves(value, limits, texts)
     if not haystack.MARKERS.isdisjoint(attrs):  # the messages, not the tool definitions beside them
         haystack.input_texts(attrs, limits, texts)
-    if span.events:  # GenAI instrumentations that record content on events
+    if has_events(span):  # GenAI instrumentations that record content on events
         for event in span.events:
             if event.name == genai.DETAILS_EVENT:
                 text_leaves(attrs_of(event).get(genai.INPUT_MESSAGES), limits, texts)
