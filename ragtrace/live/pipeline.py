@@ -25,6 +25,8 @@ from ragtrace.live.store import ClosedTrace, PendingTrace, Refusal, SpanStore
 
 logger = ragtrace_logger(__name__)
 
+# The least time the last release of a settle waits for the worker, even past the deadline: one tick's work.
+_LAST_CALL_S = 0.05
 _REFUSED: dict[Refusal, Outcome] = {"overflow": QUEUE_FULL, "turned_away": QUEUE_FULL, "late": LATE}
 
 
@@ -196,8 +198,15 @@ class Pipeline:
             for trace in self.store.take_closing(self.options.max_trace_wait, everything=True):
                 self._send(trace.spans, Verdict.unjudged(trace.trace_id, JUDGE_TIMED_OUT, "timeout"))
         self.judging.wait(deadline)
-        self._release_verdicts()
-        self._time_out_all()
+
+        def send_the_rest() -> None:
+            self._release_verdicts()
+            self._time_out_all()
+
+        # On the worker, after the tick it may be running: a verdict that tick took is in the sink before this
+        # returns, so the flush that follows exports it. A worker that does not answer: here, as it is.
+        if not answered or not call_on_worker(send_the_rest, max(deadline - time.monotonic(), _LAST_CALL_S)):
+            send_the_rest()
         self.counts.report(self.options.metrics)
         return answered
 
