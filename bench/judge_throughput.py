@@ -297,11 +297,18 @@ def run_serve(url: str, variant: dict[str, Any], samples: int) -> dict[str, Any]
 
     exported = Counter()
     settings = RagtraceSettings(sample_rate=1.0, max_queue=samples + 10, score_deadline=300, concurrency=CONCURRENCY)
+    judge = make_judge(url, variant)
     gateway = Gateway(
-        settings, judge=make_judge(url, variant), grpc_port=0, http_port=None, trace_settle=0.0,
+        settings, judge=judge, grpc_port=0, http_port=None, trace_settle=0.0,
         exporting=BatchSpanProcessor(exported, schedule_delay_millis=20),  # type: ignore[arg-type]
         sampler=Sampler(1.0), tick_interval=0.01,
     ).start()
+    try:  # what `ragtrace serve` does once its gateway is built (trees before it had nothing of the kind)
+        from ragtrace.live.heap import freeze_startup_heap
+    except ImportError:
+        pass
+    else:
+        freeze_startup_heap(judge)
     try:
         context = multiprocessing.get_context("spawn")
         ready, go = context.Event(), context.Event()

@@ -232,6 +232,7 @@ def replica_resource() -> Resource:
 def run(args: argparse.Namespace) -> int:
     """Start the gateway, serve until SIGTERM/SIGINT, shut down with a flush. 0 on a clean stop, 2 on bad settings."""
     from ragtrace.gateway import Gateway
+    from ragtrace.live.heap import freeze_startup_heap
 
     _configure_logging(str(args.log_level).upper())
     meter_provider: MeterProvider | None = None
@@ -264,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
         if spool is not None:
             spool.close()
         return 2
+    freeze_startup_heap(settings.judge)
     _serve_until_signalled(gateway, settings, meter_provider, args.stats_interval)
     print(f"ragtrace serve: stopped {gateway.health()}", flush=True)
     return 0

@@ -505,6 +505,9 @@ class JudgeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body leave in separate writes: with Nagle's algorithm on, the body waits for the
+            # client's delayed ACK (40 ms on Linux), which no real model server adds to every answer.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from ragtrace.judges.base import JudgeRequest
 from ragtrace.judges.llm.part import Part, asks, whole
-from ragtrace.judges.llm.prompt import Prompting
+from ragtrace.judges.llm.prompt import Prompting, surely_fits
 from ragtrace.judges.llm.schema import Mode
 from ragtrace.judges.llm.transport import conversation_text, load_litellm
 
@@ -85,7 +85,8 @@ class Planner:
             return True
         prompting = self.prompting
         prompt = prompting.prompt(request, part, mode, version)
-        return prompting.count(conversation_text(prompt.messages)) + prompting.max_tokens_for(request, part) <= window
+        text, room = conversation_text(prompt.messages), window - prompting.max_tokens_for(request, part)
+        return surely_fits(text, room) or prompting.count(text) <= room
 
     def _chunk_size(self, request: JudgeRequest, part: Part, version: str, mode: Mode) -> int:
         size = len(part.indices)

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace._logs import ragtrace_logger
 from ragtrace.live.enrich import writes_for
+from ragtrace.live.heap import freeze_startup_heap
 from ragtrace.live.judging import TraceJudging
 from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
 from ragtrace.live.modes import Verdict
@@ -138,6 +139,7 @@ def serve(inbound: IO[bytes], outbound: IO[bytes]) -> None:
     sys.path[:] = read_frame(inbound)
     settings: ChildSettings = pickle.loads(read_frame(inbound))
     scoring = ChildJudging(settings)
+    freeze_startup_heap(settings.judge)
     scoring.worker.start()
     stopping = threading.Event()
     last: list[TraceAnswer] = []  # what `stop` timed out, for the writer's last message

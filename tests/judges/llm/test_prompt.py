@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ragtrace.judges.llm.parsing import parse_cut_json, parse_json, without_reasoning
 from ragtrace.judges.llm.part import Part, whole
-from ragtrace.judges.llm.prompt import build_prompt
+from ragtrace.judges.llm.prompt import build_prompt, cut_to_budget, surely_fits
 from ragtrace.judges.llm.reading import read_answer
 from ragtrace.judges.llm.transport import TokenCounter
 from ragtrace.scoring import Aspect, RagSample
@@ -120,3 +120,44 @@ def test_read_answer_keeps_only_well_formed_verdicts_of_asked_contexts(data: Any
         assert reading.problems  # whatever was not taken is said
     for claim in reading.claims or []:
         assert all(isinstance(i, int) and 0 <= i < n for i in claim["context_indices"])
+
+
+def _wordpiece() -> Any:
+    """The local judge's WordPiece tokenizer (a tokenizer of another family than litellm's tiktoken)."""
+    import tokenizers
+
+    from ragtrace.judges.encoder import model_dir
+
+    tokenizer = tokenizers.Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+WORDPIECE = _wordpiece()
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=400), spare=st.integers(0, 40))
+def test_a_text_that_surely_fits_its_budget_does_fit_it(text: str, spare: int) -> None:
+    """The byte bound that lets the prompt skip counting holds for both tokenizer families: no token
+    spends less than one UTF-8 byte, and the few tokens added (BOS, CLS/SEP) are within the margin."""
+    budget = len(text.encode("utf-8", "surrogatepass")) + 16 + spare
+    assert surely_fits(text, budget)
+    assert COUNT(text) <= budget
+    assert len(WORDPIECE.encode(text).ids) <= budget
+
+
+def test_a_short_context_is_not_counted_and_a_long_one_is() -> None:
+    counted: list[str] = []
+
+    def count(text: str) -> int:
+        counted.append(text)
+        return COUNT(text)
+
+    short = "The kettle has a two-year warranty."
+    assert cut_to_budget(short, 200, count) == (short, False)
+    assert counted == []
+    long = " ".join(["warranty"] * 400)
+    cut, was_cut = cut_to_budget(long, 50, count)
+    assert was_cut and COUNT(cut) <= 50 and counted
