@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import urllib.request
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -105,7 +107,7 @@ class OpenAIHttpTransport(PerProcessState):
         headers = {"Authorization": f"Bearer {key}", **self._options.get("extra_headers", {})}
         session = await self._session()
         async with session.client.post(
-            session.url, data=json.dumps(self._body(call, stream)), headers=headers
+            session.url, data=json.dumps(self._body(call, stream)), headers=headers, proxy=session.proxy
         ) as response:
             if response.status >= 400:
                 raise _error(response.status, await response.read(), response.headers)
@@ -147,11 +149,11 @@ class _Session:
 
     def __init__(self, url: str, timeout: float) -> None:
         self.url = url
+        self.proxy = env_proxy(url)
         self.client = aiohttp.ClientSession(
             timeout=aiohttp.ClientTimeout(total=timeout),
             headers={"Content-Type": "application/json"},
             connector=aiohttp.TCPConnector(limit=0),  # the judge's semaphore bounds the calls in flight
-            trust_env=True,  # HTTP(S)_PROXY / NO_PROXY, as litellm's client honours them
         )
         self._keeper: AsyncIterator[None] | None = None
 
@@ -167,6 +169,16 @@ class _Session:
             yield
         finally:
             await self.client.close()
+
+
+def env_proxy(url: str) -> str | None:
+    """The proxy HTTP(S)_PROXY / NO_PROXY name for `url`, as litellm's client honours them, read once per
+    session. (aiohttp's `trust_env` would read them per request, and ~/.netrc too, in a thread: credentials
+    that would clash with our Authorization header.)"""
+    parts = urlsplit(url)
+    if urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return urllib.request.getproxies_environment().get(parts.scheme)
 
 
 def _error(status: int, raw: bytes, headers: Mapping[str, str]) -> EndpointError:

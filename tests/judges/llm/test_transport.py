@@ -9,6 +9,7 @@ import pickle
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import aiohttp
 import pytest
 
 from ragtrace.judges import JudgeRequest, LLMJudge
@@ -69,3 +70,26 @@ def test_the_http_transport_crosses_to_a_scoring_process_and_answers_there(judge
     copy = pickle.loads(pickle.dumps(transport))
     answer = asyncio.run(copy.complete(call))
     assert read_reply(answer.content, part, 2)[1] == "" and answer.input_tokens > 0
+
+
+def test_the_http_transport_goes_through_the_proxy_the_environment_names(
+    judge_server: JudgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTP_PROXY / NO_PROXY, as litellm's client honours them. The judge server stands in for the proxy:
+    it answers a request line that carries the absolute URL of an endpoint where nothing listens."""
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", judge_server.url)
+    request = JudgeRequest(SAMPLE, frozenset({Aspect.USEFULNESS}))
+    part = whole(request.aspects, 2)
+    prompt = Prompting(TokenCounter("openai/judge-test")).prompt(request, part, "json_schema", "v")
+    call = Call(prompt.messages, 0.0, 300, response_format(part, "json_schema"))
+    nowhere = "http://127.0.0.2:9/v1"  # loopback, port 9: refused when reached directly
+
+    answer = asyncio.run(OpenAIHttpTransport("openai/judge-test", api_base=nowhere, api_key="sk-t").complete(call))
+    assert read_reply(answer.content, part, 2)[1] == "" and len(judge_server.requests) == 1
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.2")
+    with pytest.raises(aiohttp.ClientConnectionError):
+        asyncio.run(OpenAIHttpTransport("openai/judge-test", api_base=nowhere, api_key="sk-t").complete(call))
+    assert len(judge_server.requests) == 1
