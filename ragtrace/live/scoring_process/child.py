@@ -42,6 +42,9 @@ from ragtrace.live.worker import ScoringWorker
 from ragtrace.scoring import JudgeUsage, ScoreResult
 
 logger = ragtrace_logger(__name__)
+# A frame may hold hundreds of traces. Taken a few at a time, the first are out to the judge while the rest
+# are planned, and answers that arrive meanwhile are not held behind the planning of the whole frame.
+TAKE_SLICE = 8
 
 
 class RecordedMetrics(RagtraceMetrics):
@@ -170,8 +173,9 @@ def serve(inbound: IO[bytes], outbound: IO[bytes]) -> None:
             except EOFError:
                 break
             made = [Resource(attrs) for attrs in resources]
-            traces = [[span_of(p, made) for p in plain] for plain in plain_traces]
-            scoring.worker.call(lambda traces=traces: scoring.take(traces), 30.0)  # type: ignore[misc]
+            for start in range(0, len(plain_traces), TAKE_SLICE):
+                traces = [[span_of(p, made) for p in plain] for plain in plain_traces[start : start + TAKE_SLICE]]
+                scoring.worker.call(lambda traces=traces: scoring.take(traces), 30.0)  # type: ignore[misc]
     finally:
         last += scoring.stop()  # waits for what is being scored (up to its score_deadline) and answers it
         stopping.set()
