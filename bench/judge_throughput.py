@@ -6,7 +6,9 @@ answer arrives after `--latency` seconds (default 0.2) and is computed from the 
 runs in a fresh process whose PYTHONPATH is the tree under test (this one, or `--base DIR`, an old
 checkout), using only ragtrace's public API, so an old tree runs as it was. The judge's cache is off and
 every sample has its own texts: each sample is one real HTTP call. Concurrency is 16 throughout: the
-wire allows 16 / 0.2 = 80 samples/s; the target is 72 (90 %).
+wire allows 16 / 0.2 = 80 samples/s; the target is 72 (90 %). The samples arrive at once, so they go out
+in waves of 16: `--samples` defaults to 400 (25 full waves); 200 samples make 13 waves, the last half
+empty, which caps the wire at 76.9/s (`wire_limit_for_these_samples`).
 
 Modes (`--modes`):
 - judge: `judge_and_score` over N samples gathered at once; the clock covers the gather only.
@@ -28,7 +30,7 @@ Variants (`--variants`, each a set of LLMJudge keywords; a tree that lacks a key
 Every (tree, variant, mode) runs once per round, interleaved, `--rounds` times; figures are per round
 and their median. `cpu_ms_per_sample` is the judging process's CPU per judged sample.
 
-    python bench/judge_throughput.py --samples 200 --base /work/wt-base943 --rounds 2
+    python bench/judge_throughput.py --base c8df8af --rounds 2
     python bench/judge_throughput.py --modes judge --variants default,default_twin,stream_off,litellm_stream_on
 """
 
@@ -41,6 +43,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import argparse
 import asyncio
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -391,7 +394,8 @@ def one_run(tree: Path, server: Server, variant: str, mode: str, samples: int) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--samples", type=int, default=400,
+                        help="samples per measurement; a multiple of 16 fills the last wave of calls")
     parser.add_argument("--latency", type=float, default=0.2, help="the judge server's delay per call (s)")
     parser.add_argument("--base", help="an old tree: a directory holding ragtrace/, or a git revision")
     parser.add_argument("--rounds", type=int, default=2)
@@ -429,6 +433,9 @@ def main() -> None:
     print(json.dumps({
         "samples": args.samples, "judge_latency_s": args.latency, "concurrency": CONCURRENCY,
         "wire_limit_samples_per_s": CONCURRENCY / args.latency, "target": TARGET,
+        # All samples arrive at once: ceil(N / 16) waves of calls, the last one partly empty when N is not
+        # a multiple of 16 (200 samples: 13 waves, 76.9/s at most).
+        "wire_limit_for_these_samples": round(args.samples / (math.ceil(args.samples / CONCURRENCY) * args.latency), 1),
         "trees": {name: str(path) for name, path in trees.items()},
         "median": summary(runs), "ratios_vs_base_default": ratios(runs, modes), "runs": runs,
         "load_average_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count(),
