@@ -84,13 +84,18 @@ _CAPTURE_TYPES: Final = (
 _CAPTURE_FIELDS: Final = attrgetter("_context", "_parent", "_start_time", "_end_time")
 
 
-def capture_fields(span: object) -> tuple[Any, Any, Any, Any]:
-    """(context, parent, start, end) of a span, None for what it lacks: capture reads them for every span
-    of a trace, and each property is a Python call."""
+def capture_fields(span: object) -> tuple[Any, Any, Any, Any, Any]:
+    """(trace id, span id, parent's span id, start, end) of a span, None for what it lacks, unchecked: capture
+    reads them for every span of a trace, and each property (the span's and its contexts') is a Python call."""
     if type(span) in _CAPTURE_TYPES:
-        return _CAPTURE_FIELDS(span)  # type: ignore[no-any-return]
-    return (getattr(span, "context", None), getattr(span, "parent", None), getattr(span, "start_time", None),
-            getattr(span, "end_time", None))
+        context, parent, start, end = _CAPTURE_FIELDS(span)
+        if type(context) is SpanContext and (parent is None or type(parent) is SpanContext):
+            return (context[TRACE_ID], context[SPAN_ID], parent[SPAN_ID] if parent is not None else None,
+                    start, end)
+    context, parent = getattr(span, "context", None), getattr(span, "parent", None)
+    return (getattr(context, "trace_id", None), getattr(context, "span_id", None),
+            getattr(parent, "span_id", None) if parent is not None else None,
+            getattr(span, "start_time", None), getattr(span, "end_time", None))
 
 
 def has_events(span: object) -> bool:

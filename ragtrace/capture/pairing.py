@@ -44,6 +44,7 @@ from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor, Span
 from ragtrace.capture.values import (
     DEFAULT_LIMITS,
     FROM_EVENTS,
+    Attrs,
     CaptureLimits,
     RetrievalReading,
     Skip,
@@ -68,6 +69,7 @@ class _Node:
     convention: str | None = None
     shape: str = ""
     order: int = 0
+    attrs: Attrs = dataclasses.field(default_factory=dict)  # the span's, looked up once for every rule that reads them
 
     @property
     def sort_key(self) -> tuple[int, int, int]:
@@ -104,24 +106,19 @@ def _probe(text: str) -> str:
     return _normalised(text[: PROBE_CHARS * 2])[:PROBE_CHARS]
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if type(value) is int else None  # not bool, not an int subclass with surprises
-
-
 def _node(span: ReadableSpan, order: int) -> _Node | None:
-    context, parent, start, end = capture_fields(span)
-    trace_id = _int_or_none(getattr(context, "trace_id", None))
-    span_id = _int_or_none(getattr(context, "span_id", None))
-    if trace_id is None or span_id is None:
+    trace_id, span_id, parent_id, start, end = capture_fields(span)
+    if type(trace_id) is not int or type(span_id) is not int:  # not bool, not an int subclass with surprises
         return None
     return _Node(
         span,
         trace_id,
         span_id,
-        _int_or_none(getattr(parent, "span_id", None)) if parent is not None else None,
-        _int_or_none(start),
-        _int_or_none(end),
+        parent_id if type(parent_id) is int else None,
+        start if type(start) is int else None,
+        end if type(end) is int else None,
         order=order,
+        attrs=attrs_of(span),
     )
 
 
@@ -140,6 +137,7 @@ class _Trace:
         self._marks: tuple[list[_Node], str | None] | None = None
         self._probes: dict[int, list[str]] = {}
         self._agents: dict[int, _Node | None] = {}
+        self._ancestry: dict[int, list[int]] = {}
         everything = [n for n in nodes if n.role == "generation"]
         generation_ids = {n.span_id for n in everything}
         # A generation with another generation below it wraps that model call: the inner one pairs.
@@ -169,8 +167,12 @@ class _Trace:
         return min(pool, key=lambda n: n.sort_key) if pool else None
 
     def ancestors(self, node: _Node) -> list[int]:
-        """Span ids from the parent up; stops at a missing parent or a cycle."""
-        chain: list[int] = []
+        """Span ids from the parent up; stops at a missing parent or a cycle. Walked once a span (pairing asks
+        for a generation's once per retrieval); the list is shared, not to be changed."""
+        chain = self._ancestry.get(node.span_id)
+        if chain is not None:
+            return chain
+        chain = self._ancestry[node.span_id] = []
         seen = {node.span_id}
         parent = node.parent_id
         while parent is not None and parent not in seen and len(chain) < len(self.nodes):
@@ -196,7 +198,9 @@ class _Trace:
         mine = {span_id: up for up, span_id in enumerate(self.ancestors(retrieval), start=1)}
 
         def distance(generation: _Node) -> float:
-            for span_id in [generation.span_id, *self.ancestors(generation)]:
+            if generation.span_id in mine:
+                return mine[generation.span_id]
+            for span_id in self.ancestors(generation):
                 if span_id == retrieval.span_id:
                     return 0
                 if span_id in mine:
@@ -222,14 +226,16 @@ class _Trace:
         candidates = self.candidates(retrieval)
         if not candidates:
             return None, "", "no generation started after the retrieval ended"
-        probes = self.probes(retrieval, reading)
-        query = _probe(reading.query or "")
         distance = self.distance_from(retrieval)
         best: tuple[tuple[float, bool, bool, bool, float, float], _Node] | None = None
+        probes: list[str] | None = None  # worked out when some input is there to search (content capture on)
+        query = ""
         for g in candidates:
             text = self.input_text(g, notes)
             if not text:
                 continue
+            if probes is None:
+                probes, query = self.probes(retrieval, reading), _probe(reading.query or "")
             quoted = sum(1 for p in probes if p in text)
             asked = len(query) >= MIN_EVIDENCE_CHARS and query in text
             if not quoted and not asked:
@@ -242,8 +248,8 @@ class _Trace:
             (share, asked, *_), chosen = best
             self.claimed.add(chosen.span_id)
             if share > 0:
-                quoted = round(share * len(probes))
-                return chosen, "contexts", f"its input quotes {quoted} of {len(probes)} retrieved texts"
+                count = len(probes or ())
+                return chosen, "contexts", f"its input quotes {round(share * count)} of {count} retrieved texts"
             return chosen, "query", "its input quotes the retrieval's query"
         chosen = min(candidates, key=lambda g: (distance(g), g.sort_key))
         self.claimed.add(chosen.span_id)
@@ -285,7 +291,7 @@ class _Trace:
         found, parent, steps = None, node.parent_id, 0  # the parents walked as `ancestors` does, no list built
         while parent is not None and parent != node.span_id and steps < len(self.nodes):
             above = self.by_id.get(parent)
-            if above is None or readers.is_agent(above.span):
+            if above is None or readers.is_agent(above.attrs):
                 found = above
                 break
             parent, steps = above.parent_id, steps + 1
@@ -298,9 +304,9 @@ class _Trace:
         trace, one conversation: the root's, else the first span's that says; Pydantic AI writes it on every
         span, OpenLLMetry on the root only)."""
         if self._marks is None:
-            marked = [n for n in self.nodes if not _MARK_KEYS.isdisjoint(attrs_of(n.span))]  # most say nothing
-            holders = [n for n in marked if GROUND_TRUTH in attrs_of(n.span)]
-            said = [n for n in marked if not readers.SESSION_MARKERS.isdisjoint(attrs_of(n.span))]
+            marked = [n for n in self.nodes if not _MARK_KEYS.isdisjoint(n.attrs)]  # most say nothing
+            holders = [n for n in marked if GROUND_TRUTH in n.attrs]
+            said = [n for n in marked if not readers.SESSION_MARKERS.isdisjoint(n.attrs)]
             if self.root in said:
                 said.insert(0, self.root)
             session = next((found for n in said if (found := readers.read_session(n.span)) is not None), None)
@@ -317,7 +323,7 @@ class _Trace:
             return None
         order = [n for n in preferred if n is not None] + sorted(holders, key=lambda n: n.sort_key)
         for node in order:
-            value = attrs_of(node.span).get(GROUND_TRUTH)
+            value = node.attrs.get(GROUND_TRUTH)
             if value is None:
                 continue
             if isinstance(value, str) and value.strip():
@@ -371,21 +377,24 @@ class _Asked:
     def run_inputs(self, node: _Node, notes: set[str]) -> list[tuple[str, str]]:
         """The texts the agent run above a span and the trace's root say they were given, with where."""
         found: list[tuple[str, str]] = []
-        agent = self.trace.agent_of(node)
-        for holder, where in ((agent, "agent"), (self.trace.root, "root")):
-            if holder is None or (where == "agent" and holder is self.trace.root):
-                continue
-            cached = self._run_inputs.get(holder.span_id, False)
-            if cached is False:
-                try:
-                    cached = readers.read_input(holder.span, self.trace.limits, notes)
-                except Exception:
-                    notes.add("reader_error")
-                    cached = None
-                self._run_inputs[holder.span_id] = cached
-            if isinstance(cached, str):
-                found.append((cached, where))
+        agent, root = self.trace.agent_of(node), self.trace.root
+        if agent is not None and agent is not root and (text := self._given(agent, notes)) is not None:
+            found.append((text, "agent"))
+        if root is not None and (text := self._given(root, notes)) is not None:
+            found.append((text, "root"))
         return found
+
+    def _given(self, holder: _Node, notes: set[str]) -> str | None:
+        """What a run says it was given, read once a trace."""
+        cached = self._run_inputs.get(holder.span_id, False)
+        if cached is False:
+            try:
+                cached = readers.read_input(holder.span, self.trace.limits, notes, holder.attrs)
+            except Exception:
+                notes.add("reader_error")
+                cached = None
+            self._run_inputs[holder.span_id] = cached
+        return cached if isinstance(cached, str) else None
 
     def query(
         self, node: _Node, reading: RetrievalReading, generation: _Node | None, rule: str, notes: set[str]
@@ -440,7 +449,7 @@ def _group(spans: Sequence[ReadableSpan], stats: CaptureStats, rules: CaptureRul
             continue
         seen.add((node.trace_id, node.span_id))
         try:
-            found = readers.classify(span, rules)
+            found = readers.classify(span, rules, node.attrs)
         except Exception:
             found = None
             stats.count("reader_error")
@@ -544,7 +553,7 @@ def _strength(node: _Node, reading: RetrievalReading) -> int:
         return 2
     if node.shape.endswith("_tool"):  # the tool around a retrieval its framework recorded too
         return 0
-    return 1 if openllmetry.is_named_retriever(node.span, attrs_of(node.span)) else 0
+    return 1 if openllmetry.is_named_retriever(node.span, node.attrs) else 0
 
 
 # From this strength on a span is a retrieval in its instrumentor's own words (a RETRIEVER / retrieval span, a
@@ -606,6 +615,8 @@ def _rolled_up_on_root(trace: _Trace, found: list[CapturedSample]) -> list[Captu
     """Several searches for one question with no agent span above them (an agent loop its framework does
     not mark, a multi-query retriever) roll up on the root; retrievals for different questions (a batch of
     requests in one trace) do not."""
+    if len(found) < 2:
+        return found
     loose = [c for c in found if c.agent_span_id is None]
     if len(loose) < 2 or trace.root is None or len({c.sample.query for c in loose}) > 1:
         return found

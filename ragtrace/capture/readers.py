@@ -49,14 +49,17 @@ def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
-def classify(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES) -> tuple[Role, Convention, str] | None:
+def classify(
+    span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES, attrs: Attrs | None = None
+) -> tuple[Role, Convention, str] | None:
     """(role, convention, shape) of a span, or None when it is neither retrieval nor generation.
 
     `shape` names the reader: "genai", "openinference", "task", "vector_db", or "<convention>_tool" for a
     tool call taken as a retrieval (`tools.is_retrieval`). Conventions are tried in a fixed order, so a
-    span carrying several is read by the first that claims it.
+    span carrying several is read by the first that claims it. `attrs`: the span's, when the caller has them.
     """
-    attrs = attrs_of(span)
+    if attrs is None:
+        attrs = attrs_of(span)
     # One C-level pass over the keys finds which markers exist, so absent keys cost no lookup
     # (the SDK's attribute mapping raises KeyError internally on every missed `get`).
     present = _MARKERS.intersection(attrs)
@@ -162,9 +165,11 @@ def read_user_message(span: ReadableSpan, shape: str, limits: CaptureLimits, not
     return genai.user_message(span, attrs, limits, notes)
 
 
-def read_input(span: ReadableSpan, limits: CaptureLimits, notes: set[str]) -> str | None:
-    """The user's question as a trace's root span records it, whatever the convention."""
-    attrs = attrs_of(span)
+def read_input(span: ReadableSpan, limits: CaptureLimits, notes: set[str], attrs: Attrs | None = None) -> str | None:
+    """The user's question as a trace's root span records it, whatever the convention (`attrs`: the span's,
+    when the caller has them)."""
+    if attrs is None:
+        attrs = attrs_of(span)
     if not attrs and not has_events(span):
         return None
     found = openinference.input_query(attrs, limits, notes)
@@ -189,6 +194,8 @@ _INPUT_KEYS = frozenset({
     "llm.prompts", "llm.prompt_template.variables",
 })
 _INPUT_PREFIXES = (openinference.INPUT_MESSAGES_PREFIX, "gen_ai.prompt.")
+# A flattened message's role says who spoke ("system", "user"), not what the model was given to read.
+_ROLE_SUFFIX = ".role"
 
 
 def read_input_texts(span: ReadableSpan, limits: CaptureLimits) -> list[str]:
@@ -197,7 +204,9 @@ def read_input_texts(span: ReadableSpan, limits: CaptureLimits) -> list[str]:
     attrs = attrs_of(span)
     texts: list[str] = []
     for key, value in attrs.items():
-        if isinstance(key, str) and (key in _INPUT_KEYS or key.startswith(_INPUT_PREFIXES)):
+        if isinstance(key, str) and (
+            key in _INPUT_KEYS or (key.startswith(_INPUT_PREFIXES) and not key.endswith(_ROLE_SUFFIX))
+        ):
             text_leaves(value, limits, texts)
     if not haystack.MARKERS.isdisjoint(attrs):  # the messages, not the tool definitions beside them
         haystack.input_texts(attrs, limits, texts)
@@ -218,10 +227,9 @@ SESSION_KEYS = ("session.id", "gen_ai.conversation.id", "traceloop.association.p
 SESSION_MARKERS = frozenset(SESSION_KEYS)
 
 
-def is_agent(span: ReadableSpan) -> bool:
-    """An agent's run: GenAI `invoke_agent`, OpenInference `AGENT`, OpenLLMetry `agent`, Haystack's
-    `haystack.agent.run`."""
-    attrs = attrs_of(span)
+def is_agent(attrs: Attrs) -> bool:
+    """Whether a span with these attributes is an agent's run: GenAI `invoke_agent`, OpenInference `AGENT`,
+    OpenLLMetry `agent`, Haystack's `haystack.agent.run`."""
     if _AGENT_MARKERS.isdisjoint(attrs):
         return False
     if haystack.is_agent(attrs):

@@ -106,6 +106,8 @@ def attribute_or_event(obj: Any, attrs: Attrs, key: str, notes: set[str], max_ev
 
 def clean(text: str) -> str:
     """Replace lone surrogates and other unencodable code points, so pydantic and JSON accept the text."""
+    if text.isascii():  # a flag CPython keeps on every str: no copy to encode for the usual text
+        return text
     try:
         text.encode("utf-8")
         return text
