@@ -10,7 +10,7 @@ one block), over the extra traces: the app's thread, the batching thread and rag
 together; the scoring process runs natively (valgrind does not follow it) and is not counted. With
 `--base DIR`, DIR's ragtrace runs the same driver and `vs_base` is this tree's count over DIR's.
 
-    python bench/admission_cost.py --base /work/wt-head
+    python bench/admission_cost.py --base /work/wt-head --without
     python bench/admission_cost.py --kinds rag --rate 1.0     # every trace sampled: the per-sampled cost
 """
 
@@ -44,7 +44,7 @@ class Seeded(IdGenerator):
 provider = TracerProvider(id_generator=Seeded())
 batching = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
 provider.add_span_processor(batching)
-installed = ragtrace.install(provider, judge=Judge(), sample_rate={rate}, worker="process")
+installed = ragtrace.install(provider, judge=Judge(), sample_rate={rate}, worker="process") if {install} else None
 tracer = provider.get_tracer("bench")
 build = rag_trace if {kind!r} == "rag" else plain_trace
 for _ in range({repeat}):
@@ -52,7 +52,7 @@ for _ in range({repeat}):
         build(tracer)
     BatchSpanProcessor.force_flush(batching, 60_000)
     deadline = time.monotonic() + 120
-    while installed.held_spans and time.monotonic() < deadline:
+    while installed is not None and installed.held_spans and time.monotonic() < deadline:
         time.sleep(0.01)
 provider.shutdown()
 """
@@ -124,9 +124,11 @@ class NullExporter:
         return True
 
 
-def instructions(tree: Path, kind: str, rate: float, traces: int, repeat: int) -> int:
-    """Instructions of the app's process running `repeat` settled blocks of `traces` traces with `tree`'s ragtrace."""
-    code = _CHILD.format(bench=str(HERE / "bench"), kind=kind, rate=rate, traces=traces, repeat=repeat)
+def instructions(tree: Path, kind: str, rate: float | None, traces: int, repeat: int) -> int:
+    """Instructions of the app's process running `repeat` settled blocks of `traces` traces with `tree`'s
+    ragtrace installed (`rate` None: without ragtrace)."""
+    code = _CHILD.format(bench=str(HERE / "bench"), kind=kind, rate=rate, install=rate is not None, traces=traces,
+                         repeat=repeat)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", code],
@@ -138,7 +140,7 @@ def instructions(tree: Path, kind: str, rate: float, traces: int, repeat: int) -
     raise RuntimeError("callgrind wrote no summary")
 
 
-def per_trace(tree: Path, kind: str, rate: float, traces: int, repeat: int) -> float:
+def per_trace(tree: Path, kind: str, rate: float | None, traces: int, repeat: int) -> float:
     warm = instructions(tree, kind, rate, traces, 1)
     many = instructions(tree, kind, rate, traces, repeat)
     return (many - warm) / ((repeat - 1) * traces)
@@ -151,16 +153,25 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=200, help="traces per settled block")
     parser.add_argument("--repeat", type=int, default=4, help="blocks in the counted run (the other runs one)")
     parser.add_argument("--base", type=Path, help="another checkout (e.g. main) to count alongside this one")
+    parser.add_argument("--without", action="store_true",
+                        help="also count the app without ragtrace: `ratio` (and `base_ratio`) is that count over "
+                             "the count with it, the throughput ratio of a CPU-bound app in instructions")
     args = parser.parse_args()
     rows = []
     for kind in args.kinds:
         row: dict[str, object] = {"kind": kind, "rate": args.rate}
         mine = per_trace(HERE, kind, args.rate, args.traces, args.repeat)
         row["instructions_per_trace"] = round(mine)
+        without = per_trace(HERE, kind, None, args.traces, args.repeat) if args.without else None
+        if without is not None:
+            row["without_ragtrace"] = round(without)
+            row["ratio"] = round(without / mine, 4)
         if args.base is not None:
             theirs = per_trace(args.base.resolve(), kind, args.rate, args.traces, args.repeat)
             row["base"] = round(theirs)
             row["vs_base"] = round(mine / theirs, 4)
+            if without is not None:
+                row["base_ratio"] = round(without / theirs, 4)
         rows.append(row)
     print(json.dumps(rows, indent=1))
 
