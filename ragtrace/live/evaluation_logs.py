@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from opentelemetry._logs import Logger, LoggerProvider, SeverityNumber, get_logger_provider
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
@@ -46,7 +47,7 @@ class EvaluationLog:
             if context is None:
                 span = NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=False,
                                                     trace_flags=TraceFlags(trace_flags)))
-                context = set_span_in_context(span)
+                context = set_span_in_context(span, Context())  # the span's, none of this thread's
             try:
                 self._logger.emit(
                     timestamp=event.timestamp,

@@ -72,10 +72,11 @@ def scored_span_context(scored_span: ScoredSpan) -> SpanContext:
 def _in_span(scored_span: ScoredSpan | None) -> Context | None:
     """A context whose current span is the scored one, so that the SDK's exemplar filter (trace-based by
     default) keeps the measurement as an exemplar of that trace. Scoring runs off the request's thread,
-    long after its context is gone."""
+    long after its context is gone: the context holds that span and nothing of the recording thread's
+    (built on an empty one, not a copy of the current)."""
     if scored_span is None:
         return None
-    return trace.set_span_in_context(NonRecordingSpan(scored_span_context(scored_span)))
+    return trace.set_span_in_context(NonRecordingSpan(scored_span_context(scored_span)), Context())
 
 
 _MAX_VALUE_LENGTH = 64
@@ -135,6 +136,9 @@ class RagtraceMetrics:
         self._queue_depth: Callable[[], int] | None = None
         self._spans_held: Callable[[], int] | None = None
         self._session_key: str | None = None  # recorded with a score only where no series keeps it
+        # The exemplar context of the span scored last: the scores of one span come one after another
+        # (a trace's answer), so they share one context. One tuple, swapped whole: no lock needed.
+        self._last_in_span: tuple[ScoredSpan | None, Context | None] = (None, None)
         provider = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         try:
             self._create_instruments(provider)
@@ -236,9 +240,17 @@ class RagtraceMetrics:
                 attributes[JUDGE_ID] = self._cardinality.bound(JUDGE_ID, judge_id)
             if session and self._session_key is not None:
                 attributes[self._session_key] = session
-            self._score.record(score, attributes, context=_in_span(scored_span))
+            self._score.record(score, attributes, context=self._context_of(scored_span))
         except Exception:
             self._failures.failed("score")
+
+    def _context_of(self, scored_span: ScoredSpan | None) -> Context | None:
+        """`_in_span`, built once for the scores of one span in a row."""
+        last, context = self._last_in_span
+        if scored_span != last or scored_span is None:
+            context = _in_span(scored_span)
+            self._last_in_span = (scored_span, context)
+        return context
 
     def judge_call(self, usage: JudgeUsage, outcome: str, duration_s: float) -> None:
         """Record one judge call (or a fused call): its tokens, its cost when priced, and its duration."""

@@ -189,6 +189,21 @@ def test_views_put_the_session_on_exemplars_and_keep_the_series() -> None:
     assert point.exemplars and all((e.trace_id, e.span_id) == (7, 9) for e in point.exemplars)
 
 
+def test_each_score_is_the_exemplar_of_its_own_span_when_spans_alternate() -> None:
+    """Scores of one span in a row share an exemplar context; a score of another span never reuses it."""
+    reader = InMemoryMetricReader()
+    rt = RagtraceMetrics(MeterProvider(metric_readers=[reader]))
+    spans = [(7, 9), (7, 9), (8, 10), (7, 9), (8, 11)]
+    for n, span in enumerate(spans):
+        rt.record_score(f"scorer_{n}", 0.5, None, None, "docs", span)
+    rt.record_score("unlinked", 0.5, None, None, "docs", None)
+    points = collect(reader)["ragtrace.evaluation.score"][1]
+    by_scorer = {p.attributes["gen_ai.evaluation.name"]: p for p in points}
+    for n, span in enumerate(spans):
+        assert [(e.trace_id, e.span_id) for e in by_scorer[f"scorer_{n}"].exemplars] == [span]
+    assert not by_scorer["unlinked"].exemplars  # no span: the trace-based filter keeps no exemplar
+
+
 # Each way a provider could end up with a series per session: the option then records no session at all.
 UNSAFE_VIEWS = {
     "no view": [],

@@ -29,10 +29,10 @@ from ragtrace.live.modes import Verdict
 from ragtrace.live.planning import Planner
 from ragtrace.live.scoring_process.protocol import (
     APP_SDK_SWITCH,
-    Answers,
     ChildSettings,
     MetricCall,
     TraceAnswer,
+    plain_answers,
     plain_events,
     read_frame,
     span_of,
@@ -158,7 +158,7 @@ def serve(inbound: IO[bytes], outbound: IO[bytes]) -> None:
                 time.sleep(0.002)  # gather what finishes together into one message
                 traces += scoring.answers(0)
                 try:
-                    write_frame(outbound, Answers(traces, calls))
+                    write_frame(outbound, plain_answers(traces, calls))
                 except (OSError, ValueError):  # the app's process is gone
                     return
             if stop:

@@ -432,19 +432,20 @@ class ProcessJudging:
         """The scoring process answered (worker thread): replay its metrics calls; each trace still out
         gets its verdict (one that went on already, at its deadline or a flush, was counted then)."""
         self._backoff = 1.0  # it works: a later loss restarts it soon again
+        traces, metric_calls = answers
         metrics = self._options.metrics
         if metrics is not None:
-            for name, args in answers.metric_calls:
+            for name, args in metric_calls:
                 try:
                     getattr(metrics, name)(*args)
                 except Exception:
                     logger.exception("ragtrace: metrics.%s failed", name)
         with self._lock:
-            for answer in answers.traces:
-                if self._out.pop(answer.trace_id, None) is None:
+            for trace_id, decisions, capture, span_writes in traces:
+                if self._out.pop(trace_id, None) is None:
                     continue
-                writes = {span_id: (attrs, events_of(events)) for span_id, attrs, events in answer.writes}
-                self._arrived.append(Verdict(answer.trace_id, answer.decisions, answer.capture, writes=writes))
+                writes = {span_id: (attrs, events_of(events)) for span_id, attrs, events in span_writes}
+                self._arrived.append(Verdict(trace_id, decisions, capture, writes=writes))
 
     def time_out(self, pending: PendingTrace) -> Verdict:
         """A trace out at the scoring process: its samples are not known here, it counts one timeout, and

@@ -69,12 +69,15 @@ class TraceAnswer:
     writes: list[SpanWrites] = field(default_factory=list)
 
 
-@dataclass
-class Answers:
-    """One message from the child: finished traces, and the metrics calls of its judgings."""
+# One message from the child, as it crosses the pipe: its finished traces, each (trace id, decisions,
+# capture counts, writes), and the metrics calls of its judgings. Plain tuples: the app's process unpickles
+# them for about a third less than the same answers as objects.
+PlainAnswer = tuple[int, dict[str, int], dict[str, int], list[SpanWrites]]
+Answers = tuple[list[PlainAnswer], list[MetricCall]]
 
-    traces: list[TraceAnswer] = field(default_factory=list)
-    metric_calls: list[MetricCall] = field(default_factory=list)
+
+def plain_answers(traces: Sequence[TraceAnswer], metric_calls: list[MetricCall]) -> Answers:
+    return [(t.trace_id, t.decisions, t.capture, t.writes) for t in traces], metric_calls
 
 
 # --- plain data ----------------------------------------------------------------------------------------
