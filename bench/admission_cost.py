@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from callgrind_count import count_instructions
 
 HERE = Path(__file__).resolve().parents[1]
 # The driver: the judge is this file's `Judge`, imported by the scoring process from the bench directory.
@@ -129,15 +127,7 @@ def instructions(tree: Path, kind: str, rate: float | None, traces: int, repeat:
     ragtrace installed (`rate` None: without ragtrace)."""
     code = _CHILD.format(bench=str(HERE / "bench"), kind=kind, rate=rate, install=rate is not None, traces=traces,
                          repeat=repeat)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", code],
-                       check=True, capture_output=True, cwd=tree,
-                       env={**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"})
-        for line in out.read_text().splitlines():
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise RuntimeError("callgrind wrote no summary")
+    return count_instructions(code, tree)
 
 
 def per_trace(tree: Path, kind: str, rate: float | None, traces: int, repeat: int) -> float:

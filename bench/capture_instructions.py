@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
+
+from callgrind_count import count_instructions
 
 HERE = Path(__file__).resolve().parents[1]
 _CHILD = """
@@ -41,15 +39,7 @@ for _ in range(repeat):
 def instructions(tree: Path, k: int, traces: int, repeat: int, variant: str) -> int:
     """Instructions of one process capturing the traces `repeat` times with `tree`'s ragtrace."""
     code = _CHILD.format(bench=str(HERE / "bench"), k=k, traces=traces, repeat=repeat, variant=variant)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "callgrind.out"
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", code],
-                       check=True, capture_output=True, cwd=tree,
-                       env={**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"})
-        for line in out.read_text().splitlines():
-            if line.startswith(("summary:", "totals:")):
-                return int(line.split()[1])
-    raise RuntimeError("callgrind wrote no summary")
+    return count_instructions(code, tree)
 
 
 def per_trace(tree: Path, k: int, traces: int, repeat: int, variant: str) -> float:
