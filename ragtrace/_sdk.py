@@ -11,6 +11,11 @@ The SDK has no public way to put a processor in front of the others (`add_span_p
 appends), nor to put an exporter behind a `BatchSpanProcessor` that exists; `install` needs both, and
 does them here: the provider's tuple of processors is swapped under the multi-processor's own lock, the
 way `add_span_processor` does, and the batching's exporter is swapped in one attribute write.
+
+Nor does the API say whether a measurement or a log record goes anywhere: until the app sets a global
+provider, its proxies hand everything to a no-op. `records_anywhere` and `emits_anywhere` read the proxy's
+real instrument or logger, so that the scoring worker builds no attributes, contexts or exemplar spans
+for a record nobody keeps, and starts building them the moment the app sets a provider.
 """
 
 from __future__ import annotations
@@ -19,13 +24,18 @@ from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, Final
 
+from opentelemetry._logs import Logger, NoOpLogger
+from opentelemetry._logs._internal import ProxyLogger
 from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.metrics import Instrument, NoOpCounter, NoOpHistogram
+from opentelemetry.metrics._internal.instrument import _ProxyInstrument
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.metrics.view import DropAggregation
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
@@ -112,13 +122,24 @@ def is_local_root(span: ReadableSpan) -> bool:
     return parent is None or bool(parent[IS_REMOTE])
 
 
+_SPAN_FIELDS: Final = attrgetter(
+    "_name", "_context", "_parent", "_resource", "_events", "_kind", "_start_time", "_end_time", "_attributes"
+)
+
+
 def span_fields(span: ReadableSpan) -> tuple[Any, ...]:
-    """(name, context, parent, resource, events, kind, start, end) of an ended span."""
+    """(name, context, parent, resource, events, kind, start, end, attributes) of an ended span; the
+    attributes are the plain dict inside the SDK's `BoundedAttributes` where there is one (see
+    `stored_attributes`) and the events the deque inside its `BoundedList`, else whatever the span returns."""
     if type(span) is SDK_SPAN:
-        return (span._name, span._context, span._parent, span._resource, span._events, span._kind,
-                span._start_time, span._end_time)
+        name, context, parent, resource, events, kind, start, end, attributes = _SPAN_FIELDS(span)
+        if type(events) is BoundedList:  # an ended span's events no longer change: its deque, read in C
+            events = events._dq  # type: ignore[attr-defined]
+        if type(attributes) is BoundedAttributes and type(inner := getattr(attributes, "_dict", None)) is dict:
+            attributes = inner
+        return name, context, parent, resource, events, kind, start, end, attributes
     return (span.name, span.context, span.parent, span.resource, span.events, span.kind,
-            span.start_time, span.end_time)
+            span.start_time, span.end_time, span.attributes)
 
 
 def stored_attributes(obj: object) -> dict[str, Any] | None:
@@ -260,3 +281,23 @@ def destination(target: SpanExporter | SpanProcessor) -> str:
     exporter = exporter if exporter is not None else target
     endpoint = getattr(exporter, "_endpoint", None)
     return f"{type(exporter).__name__} {endpoint}" if isinstance(endpoint, str) else type(exporter).__name__
+
+
+_NO_OP_INSTRUMENTS: Final = (NoOpCounter, NoOpHistogram)
+
+
+def records_anywhere(instrument: Instrument) -> bool:
+    """False for an instrument whose measurements go nowhere: a no-op one, or the API's proxy while no
+    MeterProvider is set (the proxy gets its real instrument when one is)."""
+    if isinstance(instrument, _ProxyInstrument):
+        real = instrument._real_instrument
+        return real is not None and not isinstance(real, _NO_OP_INSTRUMENTS)
+    return not isinstance(instrument, _NO_OP_INSTRUMENTS)
+
+
+def emits_anywhere(logger: Logger) -> bool:
+    """False for a logger whose records go nowhere: a no-op one, or the API's proxy while no LoggerProvider
+    is set (its `_logger` resolves the real one as soon as one is)."""
+    if type(logger) is ProxyLogger:
+        logger = logger._logger
+    return not isinstance(logger, NoOpLogger)

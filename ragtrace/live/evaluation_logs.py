@@ -4,7 +4,7 @@ The GenAI conventions attach `gen_ai.evaluation.result` to the evaluated span, a
 span events to log records (events as logs, correlated by trace and span id). Each result ragtrace writes as a
 span event is also emitted here, through the Logs API, as a log record with the same name, attributes and
 time, in the context of the span it evaluates: a logs backend joins it to the trace as it would an event.
-Without an SDK `LoggerProvider` (the API's default) an emit is a no-op, so this costs nothing unless the app
+Without an SDK `LoggerProvider` (the API's default) nothing is built: this costs nothing unless the app
 exports logs.
 """
 
@@ -18,6 +18,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
+from ragtrace._sdk import emits_anywhere
 from ragtrace._version import __version__
 from ragtrace.live.settings import ResultsTo
 
@@ -40,6 +41,8 @@ class EvaluationLog:
 
         Never raises: a failing logs pipeline must not cost the app its scored spans."""
         emitted = 0
+        if not emits_anywhere(self._logger):
+            return emitted
         context = None
         for event in events:
             if event.name != EVENT_NAME:

@@ -17,7 +17,7 @@ from opentelemetry.sdk.metrics.view import View
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from ragtrace._logs import ragtrace_logger
-from ragtrace._sdk import views_keep_attribute
+from ragtrace._sdk import records_anywhere, views_keep_attribute
 from ragtrace._version import __version__
 from ragtrace.judges.identity import JUDGE_ID
 from ragtrace.live.enrich import SESSION
@@ -197,6 +197,8 @@ class RagtraceMetrics:
     def decision(self, decision: str, n: int = 1) -> None:
         """Count `n` candidate evaluations that ended as `decision` (scored, not_sampled, queue_full, ...)."""
         try:
+            if not records_anywhere(self._decisions):
+                return
             self._decisions.add(n, {"decision": self._cardinality.bound("decision", decision)})
         except Exception:
             self._failures.failed("decision")
@@ -228,7 +230,7 @@ class RagtraceMetrics:
         here, not in `score`. `judge_id` (`ragtrace.judge.id`) labels the series: one value per judge.
         `session` is recorded only with `session_exemplars` (the views then keep it off the series)."""
         try:
-            if score is None:
+            if score is None or not records_anywhere(self._score):  # no attributes or exemplar for a no-op
                 return
             attributes: dict[str, str] = {
                 "gen_ai.evaluation.name": self._cardinality.bound("gen_ai.evaluation.name", scorer),
@@ -267,6 +269,8 @@ class RagtraceMetrics:
     ) -> None:
         """`judge_call` in plain values (see `record_score`)."""
         try:
+            if not records_anywhere(self._duration):  # the judge instruments share one meter
+                return
             model = self._cardinality.bound("gen_ai.request.model", model)
             if input_tokens > 0:
                 self._tokens.add(input_tokens, {"type": "input", "gen_ai.request.model": model})

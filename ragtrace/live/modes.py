@@ -14,12 +14,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext
 from opentelemetry.util.types import AttributeValue
 
 from ragtrace._logs import ragtrace_logger
-from ragtrace._sdk import SPAN_ID, TRACE_FLAGS, TRACE_ID, ids_of
+from ragtrace._sdk import PUBLIC_IDS, SDK_IDS, SDK_SPAN, SPAN_ID, TRACE_FLAGS, TRACE_ID, ids_of
 from ragtrace.capture import CaptureRules
 from ragtrace.capture.readers import span_role
 from ragtrace.live.enrich import (
@@ -144,14 +144,17 @@ class Enrich(Mode):
             writes = writes_for(evaluations, self.reason_max_chars, verdict.annotations, verdict.rollups)
         elif evaluations:  # written by the scoring process, and not judged here (a timeout, a lost child)
             writes = {**writes_for(evaluations, self.reason_max_chars), **writes}
-        if not writes:
-            return list(spans)
-        return [self._written(span, writes) for span in spans]
+        out = list(spans)
+        if writes:
+            for i, span in enumerate(out):  # most spans of a trace have no writes: no call for them
+                ctx = (SDK_IDS if type(span) is SDK_SPAN else PUBLIC_IDS)(span)[0]
+                if ctx is not None and (found := writes.get(ctx[SPAN_ID])) is not None:
+                    out[i] = self._written(span, ctx, found)
+        return out
 
-    def _written(self, span: ReadableSpan, writes: Writes) -> ReadableSpan:
-        ctx = ids_of(span)[0]
-        if ctx is None or (found := writes.get(ctx[SPAN_ID])) is None:
-            return span
+    def _written(
+        self, span: ReadableSpan, ctx: SpanContext, found: tuple[dict[str, AttributeValue], list[Event]]
+    ) -> ReadableSpan:
         try:
             attributes, events = found
             kept = self.results.route(ctx[TRACE_ID], ctx[SPAN_ID], ctx[TRACE_FLAGS], events)

@@ -152,6 +152,24 @@ class DriftDetector:
         except Exception:
             logger.debug("ragtrace drift: observe failed", exc_info=True)
 
+    def observe_scored(self, scorer: str, retriever: str, score: float) -> None:
+        """`observe` and `observe_retrieval(retriever, False)` under one lock: a scored retrieval was not empty."""
+        try:
+            value = float(score)
+            scorer, retriever = str(scorer), str(retriever)
+            limit = self.config.max_pending
+            with self._lock:
+                if math.isfinite(value):
+                    if len(self._pending) >= limit:
+                        self._pending.popleft()
+                        self.dropped += 1
+                    self._pending.append((scorer, retriever, value))
+                if len(self._pending_retrievals) >= limit:
+                    self._pending_retrievals.popleft()
+                self._pending_retrievals.append((retriever, False))
+        except Exception:
+            logger.debug("ragtrace drift: observe failed", exc_info=True)
+
     def observe_retrieval(self, retriever: str, empty: bool) -> None:
         """Buffer whether one evaluated retrieval returned no documents."""
         try:

@@ -157,8 +157,7 @@ class DriftMonitor:
         try:
             if score is not None:
                 self.judges.note((scorer, retriever), judge_id)
-                self.detector.observe(scorer, retriever, score)
-                self.detector.observe_retrieval(retriever, False)
+                self.detector.observe_scored(scorer, retriever, score)
                 if scored_span is not None:
                     self._recent.add((scorer, retriever), score, scored_span)
             elif skipped == "no_context":

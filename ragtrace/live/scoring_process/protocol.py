@@ -13,7 +13,7 @@ import io
 import pickle
 import struct
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import IO, Any
 
@@ -91,7 +91,7 @@ def plain_traces(traces: Sequence[Sequence[ReadableSpan]]) -> tuple[list[dict[st
     for spans in traces:
         plain: list[PlainSpan] = []
         for span in spans:
-            name, ctx, parent, resource, events, kind, start, end = span_fields(span)
+            name, ctx, parent, resource, events, kind, start, end, attrs = span_fields(span)
             assert ctx is not None  # the store holds spans with a context only
             at = index.get(id(resource))
             if at is None:
@@ -100,7 +100,7 @@ def plain_traces(traces: Sequence[Sequence[ReadableSpan]]) -> tuple[list[dict[st
             plain.append((
                 name, ctx[TRACE_ID], ctx[SPAN_ID], int(ctx[TRACE_FLAGS]),
                 parent[SPAN_ID] if parent is not None else None, bool(parent is not None and parent[IS_REMOTE]),
-                kind._value_, start, end, _plain_dict(attrs_of(span)),
+                kind._value_, start, end, attrs if type(attrs) is dict else dict(attrs_of(span)),
                 plain_events(events) if events else [],
                 at,
             ))
@@ -126,10 +126,6 @@ def span_of(plain: PlainSpan, resources: Sequence[Resource]) -> ReadableSpan:
         start_time=start,
         end_time=end,
     )
-
-
-def _plain_dict(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    return attrs if type(attrs) is dict else dict(attrs)  # the SDK's own dict travels as it is
 
 
 def plain_events(events: Sequence[Event]) -> list[PlainEvent]:
