@@ -284,3 +284,18 @@ def test_drift_on_hotpotqa_with_the_local_judge() -> None:
         assert degraded is not None and degraded <= MAX_DELAY_DEGRADED, f"seed {seed}: {result}"
         assert worse is not None and worse <= MAX_DELAY_WORSE, f"seed {seed}: {result}"
         assert bench.false_alarms(scores, seed, samples=5000, check_every=10, config=config) == 0
+
+
+def test_a_scored_retrieval_feeds_score_and_empty_rate_as_the_two_calls_did() -> None:
+    one_call, two_calls = DriftDetector(DriftConfig(max_pending=3)), DriftDetector(DriftConfig(max_pending=3))
+    fed = [("context_precision", "docs", 0.5), ("context_precision", "docs", float("nan")),
+           ("context_recall", "web", 1.0), ("context_precision", "docs", 0.75), ("context_precision", "web", 0.0)]
+    for scorer, retriever, score in fed:
+        one_call.observe_scored(scorer, retriever, score)
+        two_calls.observe(scorer, retriever, score)
+        two_calls.observe_retrieval(retriever, False)
+    one_call.observe_retrieval("docs", True)
+    two_calls.observe_retrieval("docs", True)
+    assert one_call.dropped == two_calls.dropped == 1  # a full buffer drops its oldest score either way
+    assert one_call.check() == two_calls.check()
+    assert one_call.empty_rates() == two_calls.empty_rates()

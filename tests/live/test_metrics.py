@@ -302,3 +302,24 @@ def test_exported_over_otlp(otlp_receiver: OtlpReceiver) -> None:
     assert otlp_receiver.wait_for_metric("ragtrace.queue.depth").data_points[0].value == 3
     assert otlp_receiver.wait_for_metric("ragtrace.spans.held").data_points[0].value == 9
     assert otlp_receiver.wait_for_metric("ragtrace.judge.duration").scope_name == "ragtrace"
+
+
+def test_scores_wait_for_a_provider_set_later_and_then_carry_their_exemplar() -> None:
+    """Without a MeterProvider a score builds nothing (no attributes, no exemplar context); once the app sets
+    one, the same metrics object records scores with the scored span as exemplar."""
+    code = """
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from ragtrace.live.metrics import RagtraceMetrics
+rt = RagtraceMetrics()
+rt.record_score("context_precision", 0.25, "fail", None, "docs", (7, 9))
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+rt.record_score("context_precision", 0.75, "pass", None, "docs", (7, 9))
+points = [p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+          for p in m.data.data_points if m.name == "ragtrace.evaluation.score"]
+print([(p.count, p.sum, [(e.trace_id, e.span_id) for e in p.exemplars]) for p in points])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[(1, 0.75, [(7, 9)])]"
