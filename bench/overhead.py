@@ -556,7 +556,7 @@ def main() -> None:
         "spans_per_trace": 5,
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
-        "targets": {"ratio_rag_10pct": 0.90, "ratio_non_rag": 0.97},
+        "targets": {"ratio_rag_10pct": 0.93, "ratio_non_rag": 0.98},  # issue 27
     }))
 
 
