@@ -145,28 +145,18 @@ class DriftDetector:
             if not math.isfinite(value):
                 return
             with self._lock:
-                if len(self._pending) >= self.config.max_pending:
-                    self._pending.popleft()
-                    self.dropped += 1
-                self._pending.append((str(scorer), str(retriever), value))
+                self._buffer_score(str(scorer), str(retriever), value)
         except Exception:
             logger.debug("ragtrace drift: observe failed", exc_info=True)
 
     def observe_scored(self, scorer: str, retriever: str, score: float) -> None:
         """`observe` and `observe_retrieval(retriever, False)` under one lock: a scored retrieval was not empty."""
         try:
-            value = float(score)
-            scorer, retriever = str(scorer), str(retriever)
-            limit = self.config.max_pending
+            value, retriever = float(score), str(retriever)
             with self._lock:
                 if math.isfinite(value):
-                    if len(self._pending) >= limit:
-                        self._pending.popleft()
-                        self.dropped += 1
-                    self._pending.append((scorer, retriever, value))
-                if len(self._pending_retrievals) >= limit:
-                    self._pending_retrievals.popleft()
-                self._pending_retrievals.append((retriever, False))
+                    self._buffer_score(str(scorer), retriever, value)
+                self._buffer_retrieval(retriever, False)
         except Exception:
             logger.debug("ragtrace drift: observe failed", exc_info=True)
 
@@ -174,11 +164,21 @@ class DriftDetector:
         """Buffer whether one evaluated retrieval returned no documents."""
         try:
             with self._lock:
-                if len(self._pending_retrievals) >= self.config.max_pending:
-                    self._pending_retrievals.popleft()
-                self._pending_retrievals.append((str(retriever), bool(empty)))
+                self._buffer_retrieval(str(retriever), bool(empty))
         except Exception:
             logger.debug("ragtrace drift: observe_retrieval failed", exc_info=True)
+
+    # Both buffers keep the newest `max_pending` entries; the caller holds the lock.
+    def _buffer_score(self, scorer: str, retriever: str, value: float) -> None:
+        if len(self._pending) >= self.config.max_pending:
+            self._pending.popleft()
+            self.dropped += 1
+        self._pending.append((scorer, retriever, value))
+
+    def _buffer_retrieval(self, retriever: str, empty: bool) -> None:
+        if len(self._pending_retrievals) >= self.config.max_pending:
+            self._pending_retrievals.popleft()
+        self._pending_retrievals.append((retriever, empty))
 
     def reset(self, scorer: str, retriever: str) -> None:
         """Forget a series' baseline at the next check, e.g. after a deliberate change of retriever."""
