@@ -28,7 +28,6 @@ from opentelemetry._logs import Logger, NoOpLogger
 from opentelemetry._logs._internal import ProxyLogger
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.metrics import Instrument, NoOpCounter, NoOpHistogram
-from opentelemetry.metrics._internal.instrument import _ProxyInstrument
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.metrics.view import DropAggregation
@@ -283,16 +282,15 @@ def destination(target: SpanExporter | SpanProcessor) -> str:
     return f"{type(exporter).__name__} {endpoint}" if isinstance(endpoint, str) else type(exporter).__name__
 
 
-_NO_OP_INSTRUMENTS: Final = (NoOpCounter, NoOpHistogram)
+_NO_OP_INSTRUMENTS: Final = frozenset({NoOpCounter, NoOpHistogram})
 
 
 def records_anywhere(instrument: Instrument) -> bool:
     """False for an instrument whose measurements go nowhere: a no-op one, or the API's proxy while no
-    MeterProvider is set (the proxy gets its real instrument when one is)."""
-    if isinstance(instrument, _ProxyInstrument):
-        real = instrument._real_instrument
-        return real is not None and not isinstance(real, _NO_OP_INSTRUMENTS)
-    return not isinstance(instrument, _NO_OP_INSTRUMENTS)
+    MeterProvider is set (the proxy gets its real instrument when one is). Exact types, no `isinstance`:
+    the instruments are ABCs, and this runs for every score the app's process records."""
+    real = getattr(instrument, "_real_instrument", instrument)  # a proxy's (None until a provider is set)
+    return real is not None and type(real) not in _NO_OP_INSTRUMENTS
 
 
 def emits_anywhere(logger: Logger) -> bool:
@@ -300,4 +298,4 @@ def emits_anywhere(logger: Logger) -> bool:
     is set (its `_logger` resolves the real one as soon as one is)."""
     if type(logger) is ProxyLogger:
         logger = logger._logger
-    return not isinstance(logger, NoOpLogger)
+    return type(logger) is not NoOpLogger
