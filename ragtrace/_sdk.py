@@ -134,7 +134,7 @@ def span_fields(span: ReadableSpan) -> tuple[Any, ...]:
         name, context, parent, resource, events, kind, start, end, attributes = _SPAN_FIELDS(span)
         if type(events) is BoundedList:  # an ended span's events no longer change: its deque, read in C
             events = events._dq  # type: ignore[attr-defined]
-        if type(attributes) is BoundedAttributes and type(inner := getattr(attributes, "_dict", None)) is dict:
+        if (inner := _inner_dict(attributes)) is not None:
             attributes = inner
         return name, context, parent, resource, events, kind, start, end, attributes
     return (span.name, span.context, span.parent, span.resource, span.events, span.kind,
@@ -145,7 +145,11 @@ def stored_attributes(obj: object) -> dict[str, Any] | None:
     """The plain dict inside a span's or event's `BoundedAttributes`, None for anything else: an ended
     span's attributes no longer change, and a dict answers a missing key without the KeyError round
     trip that `Mapping.get` on the public proxy costs (readers probe many absent keys)."""
-    stored = getattr(obj, "_attributes", None)
+    return _inner_dict(getattr(obj, "_attributes", None))
+
+
+def _inner_dict(stored: object) -> dict[str, Any] | None:
+    """The plain dict inside a `BoundedAttributes`, None for anything else."""
     if type(stored) is BoundedAttributes:
         inner = getattr(stored, "_dict", None)
         if type(inner) is dict:
