@@ -498,7 +498,7 @@ def main() -> None:
         from worker_ab import export_base  # it imports this module: imported here, once it is loaded
 
         export_base(args.base, Path(tempfile.mkdtemp(prefix="ragtrace-base-")))
-        configs += [f"base:{placement}/{worker}" for placement in placements for worker in workers]
+        configs += [f"base:{config}" for config in configs]  # the first snippet too, old against new
 
     workloads = {"rag": with_app_work(rag_trace, args.app_work), "non_rag": with_app_work(plain_trace, args.app_work)}
     cpu = {

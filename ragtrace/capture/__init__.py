@@ -1,6 +1,6 @@
 """Capture: span conventions in, RagSamples out. Reads ReadableSpans; no I/O."""
 
-from ragtrace.capture.pairing import CaptureStart, capture_start, extract_samples, report_traces
+from ragtrace.capture.pairing import CaptureStart, capture_start, extract_samples, holds_rollup, report_traces
 from ragtrace.capture.readers import span_role
 from ragtrace.capture.rules import DEFAULT_RULES, CaptureRules
 from ragtrace.capture.types import CapturedSample, CaptureStats, Extractor, SpanVerdict, TraceReport
@@ -19,6 +19,7 @@ __all__ = [
     "TraceReport",
     "capture_start",
     "extract_samples",
+    "holds_rollup",
     "report_traces",
     "span_role",
 ]

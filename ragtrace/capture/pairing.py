@@ -744,6 +744,14 @@ def capture_start(span: ReadableSpan, rules: CaptureRules = DEFAULT_RULES) -> Ca
     return "ground_truth" if GROUND_TRUTH in attrs else None
 
 
+def holds_rollup(span: ReadableSpan, *, is_root: bool, retrievals: int) -> bool:
+    """Whether a trace's roll-up may be written on this span: an agent's run, or a local root that ended
+    after two retrievals or more (`_rolled_up_on_root`; a root ends after its descendants). With the
+    retrieval spans, these are the only spans the built-in readers write on when the scores go to the
+    retrievals: the live processor lets every other span of a sampled trace go on as it ends."""
+    return (is_root and retrievals >= 2) or readers.is_agent(attrs_of(span))
+
+
 def extract_samples(
     spans: Sequence[ReadableSpan],
     *,

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import IS_REMOTE, PUBLIC_IDS, SDK_IDS, SDK_SPAN, TRACE_ID
-from ragtrace.capture import DEFAULT_RULES, CaptureRules, capture_start
+from ragtrace.capture import DEFAULT_RULES, CaptureRules, capture_start, holds_rollup
 from ragtrace.live.counts import Counts
 from ragtrace.live.modes import Mode
 from ragtrace.live.sampling import TRACE_ID_MASK
@@ -25,22 +25,27 @@ logger = ragtrace_logger(__name__)
 class Admission:
     """Holds the spans of sampled RAG traces in the store; says which spans go on at once.
 
-    A sampled trace is held from the first span the readers need on (`capture_start`): the spans that
+    A sampled trace is kept from the first span the readers need on (`capture_start`): the spans that
     end before it carry no score and inform none, so they go straight on, and a trace with no RAG span
-    is never held at all. `hold_every_span` holds all spans of a sampled trace (an extractor may read
-    any of them). In link mode (`mode.holds_spans` False) the store keeps a reference to read, and the span
-    still goes on at once.
+    is never kept at all. Of the spans kept, only the targets wait for the trace's release: those a score,
+    an outcome or a roll-up may be written on (its retrievals, an agent's run, a root above several
+    retrievals: `holds_rollup`). Every other span goes on as it ends, and the store keeps a reference for
+    the readers (an ended span does not change). `hold_every_span` keeps all spans of a sampled trace (an
+    extractor may read any of them); `every_span_a_target` makes each a target (an extractor, or scores
+    that go to the generation or the root). In link mode (`mode.holds_spans` False) nothing waits: every
+    span goes on at once, and the store keeps a reference to read and to link to.
     """
 
     def __init__(
         self, store: SpanStore, counts: Counts, *, trace_id_bound: int, mode: Mode, hold_every_span: bool,
-        rules: CaptureRules = DEFAULT_RULES,
+        every_span_a_target: bool = False, rules: CaptureRules = DEFAULT_RULES,
     ) -> None:
         self._store = store
         self._counts = counts
         self._bound = trace_id_bound
         self._wait_for_release = mode.holds_spans  # decided once: the hot path reads a bool
         self._hold_every_span = hold_every_span
+        self._every_span_a_target = every_span_a_target or hold_every_span
         self._rules = rules
         self.holding = True
 
@@ -91,22 +96,24 @@ class Admission:
         return passing
 
     def _hold(self, span: ReadableSpan, trace_id: int, is_root: bool) -> bool:
-        """True when the store keeps the span for the pipeline to release; False: it goes on now."""
+        """True when the span waits in the store for the pipeline to release it; False: it goes on now."""
         if not self.holding:
             return False
         held = self._store.open_trace(trace_id)
-        if held is not None and held.has_retrieval:  # held anyway, and nothing more to learn from it
-            start: str | None = "held"
-        else:
-            start = capture_start(span, self._rules)
-            if start is None:
-                if self._hold_every_span:
-                    start = "every_span"
-                elif held is None and not is_root:
-                    return False
-        result = self._store.add(span, trace_id, is_root, start == "retrieval", start is not None)
+        start: str | None = capture_start(span, self._rules)
+        if start is None:
+            if self._hold_every_span:
+                start = "every_span"
+            elif held is None and not is_root:
+                return False
+        # A span that ends before its trace's first retrieval heads no roll-up: its retrievals end before it.
+        target = (
+            start == "retrieval" or self._every_span_a_target
+            or (held is not None and holds_rollup(span, is_root=is_root, retrievals=held.retrievals))
+        )
+        result = self._store.add(span, trace_id, is_root, start == "retrieval", start is not None, target)
         if result == "held":
-            return self._wait_for_release
+            return target and self._wait_for_release
         if result == "passed":
             if is_root:  # a sampled trace that ended with nothing to read
                 next(self._counts.rag_free_roots.count)
@@ -115,6 +122,6 @@ class Admission:
             self._counts.add("queue_full")
         # A sampled retrieval span says why it was not judged (turned away, or it ended after its trace
         # had closed): on itself, going on at the next tick, or (link mode) on a span of its own then.
-        if start == "retrieval" or (start == "held" and capture_start(span, self._rules) == "retrieval"):
+        if start == "retrieval":
             return self._store.refuse(span, result) and self._wait_for_release
         return False

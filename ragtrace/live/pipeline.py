@@ -106,7 +106,7 @@ class Pipeline:
                 self._judge(trace)
             except Exception:
                 logger.exception("ragtrace: judging a trace failed; spans forwarded unscored")
-                self._send(trace.spans, Verdict.unjudged(trace.trace_id, INTERNAL_ERROR, "error"))
+                self._send(trace.targets, Verdict.unjudged(trace.trace_id, INTERNAL_ERROR, "error"))
         for verdict in self.judging.ship():
             self._release(verdict)
         for pending in self.store.pop_expired(time.monotonic()):
@@ -118,17 +118,17 @@ class Pipeline:
     def _judge(self, trace: ClosedTrace) -> None:
         """Send on what cannot be judged; park the rest and hand it to the judging."""
         if trace.overflowed:  # counted as queue_full when it overflowed
-            self._send(trace.spans, Verdict.unjudged(trace.trace_id, QUEUE_FULL))
+            self._send(trace.targets, Verdict.unjudged(trace.trace_id, QUEUE_FULL))
             return
         if self.options.decision_log is not None:
             self.options.decision_log.record(trace.spans)
         if not trace.has_retrieval and self.options.extractor is None:  # held for its ground truth only
-            self._send(trace.spans, Verdict(trace.trace_id, {"not_rag": 1}))
+            self._send(trace.targets, Verdict(trace.trace_id, {"not_rag": 1}))
             return
-        pending = PendingTrace(trace.trace_id, trace.spans, time.monotonic() + self.judging.patience,
+        pending = PendingTrace(trace.trace_id, trace.spans, trace.targets, time.monotonic() + self.judging.patience,
                                self.mode.counted_while_judged(trace.spans))
         if not self.store.put_pending(pending):
-            self._send(trace.spans, Verdict.unjudged(trace.trace_id, QUEUE_FULL, "queue_full"))
+            self._send(trace.targets, Verdict.unjudged(trace.trace_id, QUEUE_FULL, "queue_full"))
             return
         try:
             verdict = self.judging.take(pending)
@@ -146,12 +146,12 @@ class Pipeline:
         """Send a pending trace on with its verdict, if it is still parked (else it went on already)."""
         pending = self.store.take_pending(verdict.trace_id)
         if pending is not None:
-            self._send(pending.spans, verdict)
+            self._send(pending.targets, verdict)
 
     def time_out(self, pending: PendingTrace) -> None:
         """Send on a trace taken out of the store before its verdict arrived (its deadline, a flush)."""
         verdict = self.judging.time_out(pending)
-        self._send(pending.spans, verdict if verdict is not None else Verdict(pending.trace_id))
+        self._send(pending.targets, verdict if verdict is not None else Verdict(pending.trace_id))
 
     def _send_refused(self) -> None:
         """Send the retrieval spans that have no sample (turned away, or late), each saying why."""
@@ -196,7 +196,7 @@ class Pipeline:
         if not answered:
             self._send_refused()
             for trace in self.store.take_closing(self.options.max_trace_wait, everything=True):
-                self._send(trace.spans, Verdict.unjudged(trace.trace_id, JUDGE_TIMED_OUT, "timeout"))
+                self._send(trace.targets, Verdict.unjudged(trace.trace_id, JUDGE_TIMED_OUT, "timeout"))
         self.judging.wait(deadline)
 
         def send_the_rest() -> None:
@@ -220,9 +220,9 @@ class Pipeline:
         self._send_refused()
         for trace in open_traces:
             if trace.overflowed:  # refused by the limits, and counted as queue_full then
-                self._send(trace.spans, Verdict.unjudged(trace.trace_id, QUEUE_FULL))
+                self._send(trace.targets, Verdict.unjudged(trace.trace_id, QUEUE_FULL))
             else:
-                self._send(trace.spans, Verdict.unjudged(trace.trace_id, JUDGE_TIMED_OUT, "timeout"))
+                self._send(trace.targets, Verdict.unjudged(trace.trace_id, JUDGE_TIMED_OUT, "timeout"))
         for item in pending:
             self.time_out(item)
         self.counts.report(self.options.metrics)

@@ -22,12 +22,14 @@ Refusal = Literal["overflow", "turned_away", "late"]
 
 @dataclass(slots=True)
 class OpenTrace:
-    """Ended spans of a trace whose local root has not been seen ending yet."""
+    """Ended spans of a trace whose local root has not been seen ending yet: every span kept for the
+    readers, and among them the `targets`, those a score, an outcome or a roll-up may be written on."""
 
     spans: list[ReadableSpan]
+    targets: list[ReadableSpan]
     opened: float
     overflowed: bool = False
-    has_retrieval: bool = False  # no retrieval span: nothing to extract, the trace passes straight through
+    retrievals: int = 0  # none: nothing to extract, the trace passes straight through
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,18 +38,21 @@ class ClosedTrace:
     or a flush or shutdown closed it."""
 
     trace_id: int
-    spans: list[ReadableSpan]
+    spans: list[ReadableSpan]  # what the readers read
+    targets: list[ReadableSpan]  # what its release sends on (enrich mode) or links to (link mode)
     overflowed: bool = False
     has_retrieval: bool = False
 
 
 @dataclass(slots=True)
 class PendingTrace:
-    """A closed trace parked in the store while it is judged, until its verdict or its `deadline`. In link
-    mode its spans went on as they ended: it keeps them to link to, and none of them is `counted` as held."""
+    """A closed trace parked in the store while it is judged, until its verdict or its `deadline`. Its
+    `targets` wait for the verdict in enrich mode (the other spans went on as they ended); in link mode
+    every span went on as it ended: it keeps them to link to, and none of them is `counted` as held."""
 
     trace_id: int
     spans: list[ReadableSpan]
+    targets: list[ReadableSpan]
     deadline: float
     counted: int  # how many of `spans` the store counts as held
 
@@ -82,10 +87,12 @@ class SpanStore:
     # --- app thread -------------------------------------------------------------------------------
 
     def add(
-        self, span: ReadableSpan, trace_id: int, is_root: bool, is_retrieval: bool = False, opens: bool = True
+        self, span: ReadableSpan, trace_id: int, is_root: bool, is_retrieval: bool = False, opens: bool = True,
+        target: bool = True,
     ) -> AddResult:
-        """Hold a span, or say why not: `late` (its trace is closed), `overflow` (limits reached) or
-        `passed` (nothing of its trace is held and the span does not open it: a root closes it then)."""
+        """Hold a span (among its trace's `targets` if `target`), or say why not: `late` (its trace is closed),
+        `overflow` (limits reached) or `passed` (nothing of its trace is held and the span does not open it: a
+        root closes it then)."""
         with self.lock:
             if self.shut:
                 return "late"
@@ -101,7 +108,7 @@ class SpanStore:
                 if self.held >= self.max_held_spans or len(self._open) >= self.max_open_traces:
                     self._mark_done(trace_id, turned_away=True)
                     return "overflow"
-                trace = self._open[trace_id] = OpenTrace([], time.monotonic())
+                trace = self._open[trace_id] = OpenTrace([], [], time.monotonic())
             elif self.held >= self.max_held_spans:
                 # The trace loses its place: the worker releases what it holds, unscored.
                 trace.overflowed = True
@@ -109,7 +116,10 @@ class SpanStore:
                 self._closing.append(trace_id)
                 return "overflow"
             trace.spans.append(span)
-            trace.has_retrieval = trace.has_retrieval or is_retrieval
+            if target:
+                trace.targets.append(span)
+            if is_retrieval:
+                trace.retrievals += 1
             self.held += 1
             if is_root:
                 self._closing.append(trace_id)
@@ -131,7 +141,7 @@ class SpanStore:
 
     def open_trace(self, trace_id: int) -> OpenTrace | None:
         """The trace's held spans, if any (a lock-free peek for the app thread; `add` decides under the
-        lock, and a trace only ever gains `has_retrieval`)."""
+        lock, and a trace's `retrievals` only ever grow)."""
         return self._open.get(trace_id)
 
     def _mark_done(self, trace_id: int, *, turned_away: bool = False) -> None:
@@ -164,7 +174,8 @@ class SpanStore:
                 if closing is not None:
                     self._mark_done(trace_id)
                     self.held -= len(closing.spans)
-                    taken.append(ClosedTrace(trace_id, closing.spans, closing.overflowed, closing.has_retrieval))
+                    taken.append(ClosedTrace(trace_id, closing.spans, closing.targets, closing.overflowed,
+                                             closing.retrievals > 0))
         return taken
 
     def put_pending(self, pending: PendingTrace) -> bool:
@@ -210,7 +221,7 @@ class SpanStore:
         spans, which `take_refused` still hands out)."""
         with self.lock:
             self.shut = True
-            open_traces = [ClosedTrace(trace_id, t.spans, t.overflowed, t.has_retrieval)
+            open_traces = [ClosedTrace(trace_id, t.spans, t.targets, t.overflowed, t.retrievals > 0)
                            for trace_id, t in self._open.items()]
             pending = list(self._pending.values())
             self._open.clear()

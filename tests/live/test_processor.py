@@ -182,7 +182,7 @@ def test_hanging_judge_is_cut_by_the_score_deadline(rig: Callable[..., Rig]) -> 
     r = rig(score_deadline=0.2)
     ids = rag_trace(r.tracer, query="hang: q")
     time.sleep(0.05)
-    assert len(r.out.spans) == 0  # held while scoring
+    assert [s.name for s in r.out.spans] == ["chat", "step 0", "rag request"]  # the retrieval waits for its scores
     assert wait_until(lambda: len(r.out.spans) == len(ids), timeout=3)
     assert r.exported_once(ids)
     attrs = retrieval(r.out).attributes or {}
@@ -276,7 +276,7 @@ def test_force_flush_forwards_open_traces_and_unfinished_scoring(rig: Callable[.
     open_ids = rag_trace(r.tracer, end_root=False)  # root never ends
     hang_ids = rag_trace(r.tracer, query="hang: q")
     time.sleep(0.05)
-    assert r.out.spans == []
+    assert not r.out.by_name("retrieve")  # held while scoring (or while their trace is open)
     started = time.monotonic()
     r.proc.force_flush(300)
     assert time.monotonic() - started < 2.0
