@@ -132,9 +132,11 @@ class Mode:
 
 
 class Enrich(Mode):
-    """Every span of a held trace goes on once, at its release, the evaluated ones with their writes."""
+    """The spans of a held trace that wait (its targets) go on once, at its release, the evaluated ones with
+    their writes."""
 
     holds_spans = True
+    _said_unwritten = False
 
     def _send(
         self, spans: Sequence[ReadableSpan], evaluations: dict[int, list[Evaluation]], verdict: Verdict
@@ -146,10 +148,17 @@ class Enrich(Mode):
             writes = {**writes_for(evaluations, self.reason_max_chars), **writes}
         out = list(spans)
         if writes:
+            written = 0
             for i, span in enumerate(out):  # most spans of a trace have no writes: no call for them
                 ctx = (SDK_IDS if type(span) is SDK_SPAN else PUBLIC_IDS)(span)[0]
                 if ctx is not None and (found := writes.get(ctx[SPAN_ID])) is not None:
                     out[i] = self._written(span, ctx, found)
+                    written += 1
+            if written < len(writes) and not self._said_unwritten:
+                # A span with writes that did not wait for them (admission's targets missed it): say so once.
+                self._said_unwritten = True
+                logger.warning("ragtrace: %d evaluated span(s) had gone on before their scores; they carry none",
+                               len(writes) - written)
         return out
 
     def _written(

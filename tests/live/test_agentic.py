@@ -11,7 +11,7 @@ from opentelemetry.trace import Tracer, set_span_in_context
 
 from ragtrace.capture import CaptureRules
 from ragtrace.live.settings import RagtraceSettings
-from tests.live.fakes import Rig, output_messages
+from tests.live.fakes import Rig, output_messages, rag_trace
 from tests.live.test_processor import wait_until
 
 QUESTION = "fast: which doc is good?"
@@ -94,3 +94,20 @@ def test_settings_read_the_capture_rules_from_the_environment() -> None:
     assert RagtraceSettings.from_env({}).capture_rules() == CaptureRules()
     with pytest.raises(ValueError, match="RAGTRACE_QUERY_SOURCE"):
         RagtraceSettings.from_env({"RAGTRACE_QUERY_SOURCE": "both"})
+
+
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_searches_without_an_agent_span_roll_up_on_the_root_which_waits_for_it(
+    rig: Callable[..., Rig], worker: str
+) -> None:
+    """Only the spans a score or a roll-up may be written on wait for the scores: here the two searches and
+    the root above them; the chat spans and the plain step go on as they end."""
+    r = rig(worker=worker)
+    ids = rag_trace(r.tracer, retrievals=2)  # root, (retrieve, chat) x 2, step 0: one question
+    assert wait_until(lambda: len(r.out.spans) == len(ids))
+    [root] = r.out.by_name("rag request")
+    assert (root.attributes or {})["ragtrace.agent.retrievals"] == 2
+    assert [(s.attributes or {})["ragtrace.eval.status"] for s in r.out.by_name("retrieve")] == ["scored"] * 2
+    assert r.exported_once(ids)
+    waited = [s.name for s in r.out.spans[-3:]]  # exported after the scores, at the release
+    assert sorted(waited) == ["rag request", "retrieve", "retrieve"]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from ragtrace.capture import DEFAULT_RULES
 from ragtrace.live.enrich import Evaluation
 from ragtrace.live.modes import QUEUE_FULL, Enrich, Link, Mode, Verdict
@@ -69,3 +73,15 @@ def test_spans_never_held_go_on_themselves_in_link_mode_too() -> None:
     unheld = mode(Link).send_unheld(spans, Verdict.unjudged(0, QUEUE_FULL))
     assert unheld[: len(spans)] == spans and [s.name for s in unheld[len(spans):]] == ["evaluation"]
     assert len(mode(Enrich).send_unheld(spans, Verdict.unjudged(0, QUEUE_FULL))) == len(spans)
+
+
+def test_scores_for_a_span_that_did_not_wait_are_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    spans = ended_spans()
+    retrieval, chat = span_named(spans, "retrieve"), span_named(spans, "chat")
+    enrich = mode(Enrich)
+    with caplog.at_level(logging.WARNING, logger="ragtrace"):
+        for _ in range(2):
+            sent = enrich.send([retrieval], scored(span_id(chat)))  # the chat span went on already
+            assert sent == [retrieval]
+    assert [r.getMessage() for r in caplog.records if "before their scores" in r.getMessage()] == [
+        "ragtrace: 1 evaluated span(s) had gone on before their scores; they carry none"]
