@@ -189,7 +189,7 @@ class RagtraceMetrics:
             "ragtrace.spans.held",
             callbacks=[self._observe_spans_held],
             unit="{span}",
-            description="Spans held back from the exporter until their scores are known.",
+            description="Spans of sampled traces ragtrace keeps: to read, or waiting for their scores before export.",
         )
 
     # -- recording ------------------------------------------------------------------------------------
