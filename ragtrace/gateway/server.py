@@ -107,7 +107,9 @@ class Gateway:
             if spool is not None:
                 spool.close()
             raise
-        self.processor = RagScoringSpanProcessor(self._exporting, **kwargs)
+        # With a spool, a sampled trace's spans leave it together: a replay after a crash then holds whole
+        # traces, which close on their root (a trace whose other spans had gone on would wait max_trace_wait).
+        self.processor = RagScoringSpanProcessor(self._exporting, **{"hold_whole_trace": spool is not None, **kwargs})
         self._settler = RootSettler(self.processor, self._sampler, trace_settle, max_settling_roots)
         self._recovery = (
             SpoolRecovery(spool, self._exporting, self._room, self._settler, self.processor, self._sampler,

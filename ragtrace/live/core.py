@@ -46,8 +46,8 @@ class LiveScoring:
         )
         self.admission = Admission(
             self.store, self.counts, trace_id_bound=options.sampler.trace_id_bound, mode=self.mode,
-            hold_every_span=options.extractor is not None, every_span_a_target=options.target != "retrieval",
-            rules=options.capture_rules,
+            hold_every_span=options.extractor is not None,
+            every_span_a_target=options.target != "retrieval" or options.hold_whole_trace, rules=options.capture_rules,
         )
         self._shutdown = False
         self._shutdown_lock = threading.Lock()

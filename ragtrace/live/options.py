@@ -45,6 +45,9 @@ class ScoringOptions:
     capture_rules: which tools are retrievals, which query is judged (`ragtrace.capture.CaptureRules`).
     evaluation_results: each `gen_ai.evaluation.result` as a span event, a log record, or both;
         logger_provider: where the log records go (default: the global one, a no-op until the app sets it).
+    hold_whole_trace: in enrich mode, every span of a sampled trace from its first retrieval on waits for
+        the scores, not only the spans they are written on (a gateway with a spool: after a crash it
+        replays a trace whole, and scores it at once, only if none of its spans had gone on).
     """
 
     judge: Judge
@@ -68,6 +71,7 @@ class ScoringOptions:
     capture_rules: CaptureRules = DEFAULT_RULES
     evaluation_results: ResultsTo = DEFAULTS.evaluation_results
     logger_provider: LoggerProvider | None = None
+    hold_whole_trace: bool = False
 
     def __post_init__(self) -> None:
         if self.worker is None:

@@ -192,6 +192,16 @@ def test_hanging_judge_is_cut_by_the_score_deadline(rig: Callable[..., Rig]) -> 
     assert r.proc.held_spans == 0
 
 
+def test_hold_whole_trace_makes_every_kept_span_wait_for_the_scores(rig: Callable[..., Rig]) -> None:
+    """What a gateway with a spool asks: a replayed trace is then whole, and closes on its root."""
+    r = rig(score_deadline=0.2, hold_whole_trace=True)
+    ids = rag_trace(r.tracer, query="hang: q")
+    time.sleep(0.05)
+    assert r.out.spans == []
+    assert wait_until(lambda: len(r.out.spans) == len(ids), timeout=3)
+    assert r.exported_once(ids)
+
+
 @pytest.mark.parametrize("target", ["generation", "root"])
 def test_target_span(rig: Callable[..., Rig], target: str) -> None:
     r = rig(target=target)
