@@ -49,9 +49,20 @@ _MAX_PASSES = 5  # replacements can expose new neighbours; repeat to a fixpoint 
 
 @dataclass(frozen=True)
 class _Rule:
+    """`needs`: substrings of which every match of `pattern` holds one (in the text's casefold when the
+    pattern ignores case). A text holding none is not scanned: most texts hold no secret, and a scan that
+    cannot match costs a regex step at every character."""
+
     name: str
     pattern: re.Pattern[str]
     replace: Callable[[re.Match[str]], str]
+    needs: tuple[str, ...] = ()
+
+    def may_match(self, text: str, folded: str) -> bool:
+        if not self.needs:
+            return True
+        where = folded if self.pattern.flags & re.IGNORECASE else text
+        return any(part in where for part in self.needs)
 
 
 def _const(placeholder: str) -> Callable[[re.Match[str]], str]:
@@ -136,8 +147,10 @@ def _replace_assigned(match: re.Match[str]) -> str:
 
 _EMAIL = re.compile(r"(?<![\w.%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
 
+# A pattern that opens with a lookbehind starts with a lookahead at its first character: `re` then skips to
+# where that character is instead of trying the lookbehind at every position (four times faster on prose).
 _CARD = re.compile(
-    r"(?<![\d.,-])(?:"
+    r"(?=\d)(?<![\d.,-])(?:"
     r"\d{4}([ -])\d{4}\1\d{4}\1\d{4}"  # 4-4-4-4
     r"|\d{4}([ -])\d{6}\2\d{5}"  # Amex 4-6-5
     r"|\d{13,19}"  # unseparated
@@ -164,7 +177,7 @@ def _replace_card(match: re.Match[str]) -> str:
 
 
 # US social security number, with dashes or spaces (nine bare digits are too often something else).
-_SSN = re.compile(r"(?<![\w./-])(\d{3})([- ])(\d{2})\2(\d{4})(?![\w]|[./-]\d)")
+_SSN = re.compile(r"(?=\d)(?<![\w./-])(\d{3})([- ])(\d{2})\2(\d{4})(?![\w]|[./-]\d)")
 
 
 def _replace_ssn(match: re.Match[str]) -> str:
@@ -175,7 +188,7 @@ def _replace_ssn(match: re.Match[str]) -> str:
     return SSN
 
 
-_IBAN = re.compile(r"(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
+_IBAN = re.compile(r"(?=[A-Z])(?<![A-Za-z0-9])[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?(?![A-Za-z0-9])")
 
 
 def _replace_iban(match: re.Match[str]) -> str:
@@ -189,7 +202,7 @@ def _replace_iban(match: re.Match[str]) -> str:
 
 
 _PHONE = re.compile(
-    r"(?<![\w+./-])"
+    r"(?=[+(\d])(?<![\w+./-])"
     r"(\+\d{1,3}[ .-]?)?"  # country code
     r"(\(\d{1,4}\)[ .-]?)?"  # area code in parentheses
     r"\d{1,14}(?:[ .-]\d{1,14}){0,5}"
@@ -240,14 +253,16 @@ def _bare_ten_digits(match: re.Match[str]) -> str:
 
 
 _BUILTIN_RULES: tuple[_Rule, ...] = (
-    _Rule("private_key", _PRIVATE_KEY, _const(SECRET)),
-    _Rule("jwt", _JWT, _const(SECRET)),
-    _Rule("vendor_token", _VENDOR_TOKEN, _const(SECRET)),
-    _Rule("aws_secret_assigned", _AWS_ASSIGNED, lambda m: f"{m.group(1)}{m.group(2)}{SECRET}"),
+    _Rule("private_key", _PRIVATE_KEY, _const(SECRET), needs=("-----BEGIN ",)),
+    _Rule("jwt", _JWT, _const(SECRET), needs=("eyJ",)),
+    _Rule(
+        "vendor_token", _VENDOR_TOKEN, _const(SECRET), needs=("sk-", "AKIA", "ASIA", "gh", "github_pat_", "xox", "AIza")
+    ),
+    _Rule("aws_secret_assigned", _AWS_ASSIGNED, lambda m: f"{m.group(1)}{m.group(2)}{SECRET}", needs=("secret",)),
     _Rule("aws_secret", _AWS_SECRET, _replace_aws_secret),
-    _Rule("bearer", _BEARER, lambda m: f"{m.group(1)} {SECRET}"),
-    _Rule("assigned_secret", _ASSIGNED, _replace_assigned),
-    _Rule("email", _EMAIL, _const(EMAIL)),
+    _Rule("bearer", _BEARER, lambda m: f"{m.group(1)} {SECRET}", needs=("earer", "EARER")),
+    _Rule("assigned_secret", _ASSIGNED, _replace_assigned, needs=("key", "token", "secret", "passw", "pwd")),
+    _Rule("email", _EMAIL, _const(EMAIL), needs=("@",)),
     # An IBAN (country letters, then a mod-97 checksum) can hold a Luhn-valid run of digits: it goes first.
     _Rule("iban", _IBAN, _replace_iban),
     _Rule("card", _CARD, _replace_card),
@@ -321,8 +336,12 @@ class Redactor:
     def _apply_rules(self, text: str) -> str:
         for _ in range(_MAX_PASSES):
             before = text
+            folded = text.casefold()
             for rule in self._rules:
-                text = rule.pattern.sub(rule.replace, text)
+                if rule.may_match(text, folded):
+                    replaced = rule.pattern.sub(rule.replace, text)
+                    if replaced != text:  # a placeholder or a joined neighbour may hold what a later rule needs
+                        text, folded = replaced, replaced.casefold()
             if text == before:
                 break
         return text
