@@ -174,7 +174,8 @@ def _is_document(item: Any, limits: CaptureLimits, named: bool) -> bool:
         return True
     if not isinstance(item, dict) or "role" in item:  # a chat message is no document
         return False
-    if not named and item.get("type") in _CONTENT_PART_TYPES:  # MCP / model content parts: a plain reply
+    kind = item.get("type")
+    if not named and isinstance(kind, str) and kind in _CONTENT_PART_TYPES:  # MCP / model content parts: a reply
         return False
     if any(isinstance(item.get(key), str) for key in _TEXT_KEYS):
         return True

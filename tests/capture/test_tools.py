@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ragtrace.capture import CaptureRules, CaptureStats, extract_samples, span_role
@@ -314,6 +314,7 @@ _results = (_json.map(json.dumps) | _json.map(repr) | st.text(max_size=40)
 @settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(result=_results, arguments=_results | st.none(), named=st.booleans(), on_event=st.booleans())
+@example(result=json.dumps([{"type": [], "text": "x"}]), arguments=None, named=False, on_event=False)  # unhashable
 def test_fuzz_tool_results_never_crash(traces: Traces, result: str, arguments: str | None, named: bool,
                                        on_event: bool) -> None:
     from ragtrace.capture import readers, tools
