@@ -8,7 +8,8 @@ the scoring path: every method swallows and logs (once per method) whatever the 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
@@ -60,6 +61,8 @@ def views() -> list[View]:
 
 #: (trace id, span id) of the span a score is written on.
 ScoredSpan = tuple[int, int]
+# A metric call made in a scoring process, replayed in the app's: (method name, its arguments).
+MetricCall = tuple[str, tuple[Any, ...]]
 
 
 def scored_span_context(scored_span: ScoredSpan) -> SpanContext:
@@ -284,6 +287,15 @@ class RagtraceMetrics:
             )
         except Exception:
             self._failures.failed("judge_call")
+
+    def replay(self, calls: Sequence[MetricCall]) -> None:
+        """Make a scoring process's metric calls here, in order: `(name, args)` of `record_score` and
+        `record_judge_call`. A subclass that takes many at once more cheaply overrides this."""
+        for name, args in calls:
+            try:
+                getattr(self, name)(*args)
+            except Exception:
+                self._failures.failed(name)
 
     def shutdown(self) -> None:
         """Called once by the processor's shutdown; subclasses with background work stop it here."""

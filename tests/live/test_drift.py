@@ -8,8 +8,11 @@ import random
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -299,3 +302,37 @@ def test_a_scored_retrieval_feeds_score_and_empty_rate_as_the_two_calls_did() ->
     assert one_call.dropped == two_calls.dropped == 1  # a full buffer drops its oldest score either way
     assert one_call.check() == two_calls.check()
     assert one_call.empty_rates() == two_calls.empty_rates()
+
+
+_scores = st.one_of(st.none(), st.floats(0, 1), st.just(float("nan")))
+_score_calls = st.tuples(
+    st.sampled_from(["context_precision", "context_recall"]), _scores, st.sampled_from(["pass", None]),
+    st.sampled_from([None, "no_context", "no_query"]), st.sampled_from(["docs", "web"]),
+    st.one_of(st.none(), st.tuples(st.integers(1, 9), st.integers(1, 9))), st.sampled_from(["", "j1", "j2"]),
+    st.none(),
+).map(lambda args: ("record_score", args))
+_judge_calls = st.just(("record_judge_call", ("m", 3, 2, None, "ok", 0.1)))
+
+
+class _OneAtATime(DriftMetrics):
+    """Watches record_score itself: replay must then call it once a score, as it always did."""
+
+    def record_score(self, *args: Any, **kwargs: Any) -> None:
+        super().record_score(*args, **kwargs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(calls=st.lists(_score_calls | _judge_calls, max_size=40))
+def test_a_replayed_answer_feeds_the_monitor_as_its_calls_one_at_a_time(calls: list[tuple[str, tuple[Any, ...]]]) -> None:
+    config = DriftConfig(max_pending=8, window=4, baseline_size=4, min_recent=2)
+    at_once, one_at_a_time = (DriftMonitor(config, meter_provider=MeterProvider()) for _ in range(2))
+    DriftMetrics(MeterProvider(), monitor=at_once).replay(calls)
+    _OneAtATime(MeterProvider(), monitor=one_at_a_time).replay(calls)
+    assert at_once.detector.dropped == one_at_a_time.detector.dropped
+    assert at_once.detector.check() == one_at_a_time.detector.check()
+    assert at_once.detector.empty_rates() == one_at_a_time.detector.empty_rates()
+    assert at_once.judges.changes == one_at_a_time.judges.changes
+    for key in {(args[0], args[4]) for _, args in calls if len(args) == 8}:
+        assert at_once.judges.baseline_judge(key) == one_at_a_time.judges.baseline_judge(key)
+        for fell in (True, False):
+            assert repr(at_once._recent.showing(key, fell, 10)) == repr(one_at_a_time._recent.showing(key, fell, 10))

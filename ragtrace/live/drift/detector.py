@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -157,6 +158,24 @@ class DriftDetector:
                 if math.isfinite(value):
                     self._buffer_score(str(scorer), retriever, value)
                 self._buffer_retrieval(retriever, False)
+        except Exception:
+            logger.debug("ragtrace drift: observe failed", exc_info=True)
+
+    def observe_many(self, observations: Iterable[tuple[str, str, float | None]]) -> None:
+        """Buffer (scorer, retriever, score) observations under one lock, in order: a score is
+        `observe_scored`, None an empty retrieval (`observe_retrieval(retriever, True)`). A scoring
+        process's answer carries dozens at once, and a lock and three calls each cost more than the appends."""
+        try:
+            with self._lock:
+                for scorer, retriever, score in observations:
+                    retriever = str(retriever)
+                    if score is None:
+                        self._buffer_retrieval(retriever, True)
+                        continue
+                    value = float(score)
+                    if math.isfinite(value):
+                        self._buffer_score(str(scorer), retriever, value)
+                    self._buffer_retrieval(retriever, False)
         except Exception:
             logger.debug("ragtrace drift: observe failed", exc_info=True)
 

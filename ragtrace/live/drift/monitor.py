@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +28,7 @@ from ragtrace.live.drift.canary import Canary
 from ragtrace.live.drift.detector import DriftConfig, DriftDetector, DriftState, Key
 from ragtrace.live.drift.judge_watch import JudgeWatch, attribute
 from ragtrace.live.failures import FailureLog
-from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan, scored_span_context
+from ragtrace.live.metrics import MetricCall, RagtraceMetrics, ScoredSpan, scored_span_context
 from ragtrace.scoring.result import ScoreResult
 
 __all__ = ["DRIFT_INSTRUMENTS", "DRIFT_LINKS", "DriftMetrics", "DriftMonitor"]
@@ -42,6 +42,9 @@ DRIFT_INSTRUMENTS: tuple[str, ...] = (
     "ragtrace.retrieval.empty_rate",
 )
 
+
+# One result as the monitor takes it: (scorer, score, skipped, retriever, scored span, judge id).
+FedScore = tuple[str, float | None, str | None, str, ScoredSpan | None, str]
 
 #: How many scored spans a drift report links to: the recent ones furthest in the direction of the change.
 DRIFT_LINKS = 5
@@ -64,6 +67,17 @@ class _RecentSpans:
                     return
                 recent = self._by_series[key] = deque(maxlen=self._size)
             recent.append((score, span))
+
+    def add_many(self, items: Iterable[tuple[Key, float, ScoredSpan]]) -> None:
+        with self._lock:
+            by_series = self._by_series
+            for key, score, span in items:
+                recent = by_series.get(key)
+                if recent is None:
+                    if len(by_series) >= self._max_series:
+                        continue
+                    recent = by_series[key] = deque(maxlen=self._size)
+                recent.append((score, span))
 
     def showing(self, key: Key, fell: bool, n: int) -> list[tuple[float, ScoredSpan]]:
         """The `n` recent spans with the lowest scores when the scores fell, the highest when they rose."""
@@ -162,6 +176,25 @@ class DriftMonitor:
                     self._recent.add((scorer, retriever), score, scored_span)
             elif skipped == "no_context":
                 self.detector.observe_retrieval(retriever, True)
+        except Exception:
+            self._failures.failed("feed")
+
+    def feed_many(self, fed: Iterable[FedScore]) -> None:
+        """`feed_value` for many results at once (a scoring process's answer): one lock for the detector's
+        buffers and one for the recent spans, whatever their number."""
+        try:
+            observations: list[tuple[str, str, float | None]] = []
+            recent: list[tuple[Key, float, ScoredSpan]] = []
+            for scorer, score, skipped, retriever, scored_span, judge_id in fed:
+                if score is not None:
+                    self.judges.note((scorer, retriever), judge_id)
+                    observations.append((scorer, retriever, score))
+                    if scored_span is not None:
+                        recent.append(((scorer, retriever), score, scored_span))
+                elif skipped == "no_context":
+                    observations.append((scorer, retriever, None))
+            self.detector.observe_many(observations)
+            self._recent.add_many(recent)
         except Exception:
             self._failures.failed("feed")
 
@@ -331,6 +364,25 @@ class DriftMetrics(RagtraceMetrics):
     ) -> None:
         super().record_score(scorer, score, label, skipped, retriever, scored_span, judge_id, session)
         self.monitor.feed_value(scorer, score, skipped, retriever, scored_span, judge_id)
+
+    def replay(self, calls: Sequence[MetricCall]) -> None:
+        """A scoring process's calls: each score on the instruments, then all of them to the monitor at once
+        (unless a subclass watches `record_score` itself: then one call each, as it expects)."""
+        if type(self).record_score is not DriftMetrics.record_score:
+            super().replay(calls)
+            return
+        fed: list[FedScore] = []
+        for name, args in calls:
+            try:
+                if name == "record_score":
+                    RagtraceMetrics.record_score(self, *args)
+                    scorer, score, _label, skipped, retriever, scored_span, judge_id = args[:7]
+                    fed.append((scorer, score, skipped, retriever, scored_span, judge_id))
+                else:
+                    getattr(self, name)(*args)
+            except Exception:
+                self._failures.failed(name)
+        self.monitor.feed_many(fed)
 
     def shutdown(self) -> None:
         self.monitor.shutdown(wait=False)

@@ -24,13 +24,12 @@ from ragtrace._logs import ragtrace_logger
 from ragtrace.live.enrich import writes_for
 from ragtrace.live.heap import freeze_startup_heap
 from ragtrace.live.judging import TraceJudging
-from ragtrace.live.metrics import RagtraceMetrics, ScoredSpan
+from ragtrace.live.metrics import MetricCall, RagtraceMetrics, ScoredSpan
 from ragtrace.live.modes import Verdict
 from ragtrace.live.planning import Planner
 from ragtrace.live.scoring_process.protocol import (
     APP_SDK_SWITCH,
     ChildSettings,
-    MetricCall,
     TraceAnswer,
     plain_answers,
     plain_events,

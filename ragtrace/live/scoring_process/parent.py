@@ -434,12 +434,11 @@ class ProcessJudging:
         self._backoff = 1.0  # it works: a later loss restarts it soon again
         traces, metric_calls = answers
         metrics = self._options.metrics
-        if metrics is not None:
-            for name, args in metric_calls:
-                try:
-                    getattr(metrics, name)(*args)
-                except Exception:
-                    logger.exception("ragtrace: metrics.%s failed", name)
+        if metrics is not None and metric_calls:
+            try:
+                metrics.replay(metric_calls)
+            except Exception:
+                logger.exception("ragtrace: replaying the scoring process's metrics failed")
         with self._lock:
             for trace_id, decisions, capture, span_writes in traces:
                 if self._out.pop(trace_id, None) is None:

@@ -24,6 +24,7 @@ from opentelemetry.util.types import AttributeValue
 
 from ragtrace._sdk import IS_REMOTE, SPAN_ID, TRACE_FLAGS, TRACE_ID, span_fields
 from ragtrace.capture.values import attrs_of
+from ragtrace.live.metrics import MetricCall
 from ragtrace.live.options import ScoringOptions
 
 HEADER = struct.Struct("!Q")
@@ -34,7 +35,6 @@ PlainSpan = tuple[Any, ...]
 PlainEvent = tuple[str, dict[str, AttributeValue], int]
 # What the child wrote for one span: (span id, attributes, events).
 SpanWrites = tuple[int, dict[str, AttributeValue], list[PlainEvent]]
-MetricCall = tuple[str, tuple[Any, ...]]
 
 # The scoring process starts with the OTel SDK off, so that no auto-instrumentation hook of the app installs
 # ragtrace there; this variable carries the app's own OTEL_SDK_DISABLED (empty: unset), which the child puts
