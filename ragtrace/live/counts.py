@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ragtrace._logs import ragtrace_logger
 from ragtrace.live.metrics import RagtraceMetrics
@@ -63,14 +63,15 @@ class Counts:
         with self._lock:
             self._decisions[decision] += n
 
-    def add_all(self, decisions: Mapping[str, int], capture: Mapping[str, int] | None = None) -> None:
-        """Add counts made elsewhere (a scoring process, capture); a plain loop, not `Counter.update`,
-        whose Mapping check costs a third more and runs for every scored trace."""
+    def add_many(self, counted: Sequence[tuple[Mapping[str, int], Mapping[str, int]]]) -> None:
+        """Add counts made elsewhere (scoring, capture), (decisions, capture) pairs under one lock; a plain
+        loop, not `Counter.update`, whose Mapping check costs a third more and runs for every scored trace."""
         with self._lock:
-            for key, n in decisions.items():
-                self._decisions[key] += n
-            for key, n in (capture or {}).items():
-                self._capture[key] += n
+            for decisions, capture in counted:
+                for key, n in decisions.items():
+                    self._decisions[key] += n
+                for key, n in capture.items():
+                    self._capture[key] += n
 
     def decisions(self) -> dict[str, int]:
         with self._lock:

@@ -139,8 +139,13 @@ class Pipeline:
             self._release(verdict)
 
     def _release_verdicts(self) -> None:
-        for verdict in self.judging.collect():
-            self._release(verdict)
+        """The verdicts that arrived, sent on together: one store lock, one count, one hand-over to the sink
+        (a busy tick brings dozens; each trace's own lock, count and hand-over cost more than its writes)."""
+        verdicts = self.judging.collect()
+        if verdicts:
+            released = self.store.take_pending_many([verdict.trace_id for verdict in verdicts])
+            self._send_many([(pending.targets, verdict) for pending, verdict in zip(released, verdicts, strict=True)
+                             if pending is not None])
 
     def _release(self, verdict: Verdict) -> None:
         """Send a pending trace on with its verdict, if it is still parked (else it went on already)."""
@@ -163,12 +168,18 @@ class Pipeline:
 
     def _send(self, spans: Sequence[ReadableSpan], verdict: Verdict) -> None:
         """Count a verdict and send its spans on, the way the mode says (never raises, never loses a span)."""
-        self.counts.add_all(verdict.decisions, verdict.capture)
-        try:
-            out = self.mode.send(spans, verdict)
-        except Exception:
-            logger.exception("ragtrace: writing a trace's evaluations failed; forwarded unscored")
-            out = self.mode.unwritten(spans)
+        self._send_many([(spans, verdict)])
+
+    def _send_many(self, traces: Sequence[tuple[Sequence[ReadableSpan], Verdict]]) -> None:
+        """`_send` for several traces: counted at once, sent on in one hand-over, each written as its verdict says."""
+        self.counts.add_many([(verdict.decisions, verdict.capture) for _, verdict in traces])
+        out: list[ReadableSpan] = []
+        for spans, verdict in traces:
+            try:
+                out += self.mode.send(spans, verdict)
+            except Exception:
+                logger.exception("ragtrace: writing a trace's evaluations failed; forwarded unscored")
+                out += self.mode.unwritten(spans)
         self.sink.send(out)
 
     def forward(self, spans: Sequence[ReadableSpan], outcome: Outcome | None = None) -> None:

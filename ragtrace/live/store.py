@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -190,11 +191,18 @@ class SpanStore:
 
     def take_pending(self, trace_id: int) -> PendingTrace | None:
         """A pending trace whose verdict arrived, taken out; None if it went on already (deadline, flush)."""
+        return self.take_pending_many([trace_id])[0]
+
+    def take_pending_many(self, trace_ids: Sequence[int]) -> list[PendingTrace | None]:
+        """`take_pending` for each id, under one lock (the verdicts of a tick arrive together)."""
+        out: list[PendingTrace | None] = []
         with self.lock:
-            pending = self._pending.pop(trace_id, None)
-            if pending is not None:
-                self.held -= pending.counted
-            return pending
+            for trace_id in trace_ids:
+                pending = self._pending.pop(trace_id, None)
+                if pending is not None:
+                    self.held -= pending.counted
+                out.append(pending)
+        return out
 
     def pop_expired(self, now: float, *, everything: bool = False) -> list[PendingTrace]:
         """Pending traces past their deadline (in close order, so the scan stops at the first young one)."""

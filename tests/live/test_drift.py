@@ -323,7 +323,9 @@ class _OneAtATime(DriftMetrics):
 
 @settings(max_examples=100, deadline=None)
 @given(calls=st.lists(_score_calls | _judge_calls, max_size=40))
-def test_a_replayed_answer_feeds_the_monitor_as_its_calls_one_at_a_time(calls: list[tuple[str, tuple[Any, ...]]]) -> None:
+def test_a_replayed_answer_feeds_the_monitor_as_its_calls_one_at_a_time(
+    calls: list[tuple[str, tuple[Any, ...]]],
+) -> None:
     config = DriftConfig(max_pending=8, window=4, baseline_size=4, min_recent=2)
     at_once, one_at_a_time = (DriftMonitor(config, meter_provider=MeterProvider()) for _ in range(2))
     DriftMetrics(MeterProvider(), monitor=at_once).replay(calls)

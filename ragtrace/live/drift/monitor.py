@@ -168,16 +168,7 @@ class DriftMonitor:
     ) -> None:
         """`feed` in plain values; `scored_span` is the span the score was written on, `judge_id` the
         `ragtrace.judge.id` of the judge that gave it (a change is logged once and re-judges the canary)."""
-        try:
-            if score is not None:
-                self.judges.note((scorer, retriever), judge_id)
-                self.detector.observe_scored(scorer, retriever, score)
-                if scored_span is not None:
-                    self._recent.add((scorer, retriever), score, scored_span)
-            elif skipped == "no_context":
-                self.detector.observe_retrieval(retriever, True)
-        except Exception:
-            self._failures.failed("feed")
+        self.feed_many([(scorer, score, skipped, retriever, scored_span, judge_id)])
 
     def feed_many(self, fed: Iterable[FedScore]) -> None:
         """`feed_value` for many results at once (a scoring process's answer): one lock for the detector's
