@@ -99,7 +99,7 @@ class Pipeline:
         """Close traces whose root ended (or that waited too long, or all of them), judge them, send on
         what has its verdict or is past its deadline, report. True while anything is held or out."""
         needs_ticks = self.judging.tick()
-        self._release_verdicts()
+        self._release_many(self.judging.collect())
         self._send_refused()
         for trace in self.store.take_closing(self.options.max_trace_wait, everything=everything):
             try:
@@ -107,8 +107,7 @@ class Pipeline:
             except Exception:
                 logger.exception("ragtrace: judging a trace failed; spans forwarded unscored")
                 self._send(trace.targets, Verdict.unjudged(trace.trace_id, INTERNAL_ERROR, "error"))
-        for verdict in self.judging.ship():
-            self._release(verdict)
+        self._release_many(self.judging.ship())
         for pending in self.store.pop_expired(time.monotonic()):
             self.time_out(pending)
         self.counts.report(self.options.metrics)
@@ -138,20 +137,18 @@ class Pipeline:
         if verdict is not None:
             self._release(verdict)
 
-    def _release_verdicts(self) -> None:
-        """The verdicts that arrived, sent on together: one store lock, one count, one hand-over to the sink
-        (a busy tick brings dozens; each trace's own lock, count and hand-over cost more than its writes)."""
-        verdicts = self.judging.collect()
+    def _release(self, verdict: Verdict) -> None:
+        """Send a pending trace on with its verdict, if it is still parked (else it went on already)."""
+        self._release_many([verdict])
+
+    def _release_many(self, verdicts: Sequence[Verdict]) -> None:
+        """`_release` for the verdicts of a tick, sent on together: one store lock, one count, one hand-over
+        to the sink (a busy tick brings dozens; each trace's own lock, count and hand-over cost more than its
+        writes)."""
         if verdicts:
             released = self.store.take_pending_many([verdict.trace_id for verdict in verdicts])
             self._send_many([(pending.targets, verdict) for pending, verdict in zip(released, verdicts, strict=True)
                              if pending is not None])
-
-    def _release(self, verdict: Verdict) -> None:
-        """Send a pending trace on with its verdict, if it is still parked (else it went on already)."""
-        pending = self.store.take_pending(verdict.trace_id)
-        if pending is not None:
-            self._send(pending.targets, verdict)
 
     def time_out(self, pending: PendingTrace) -> None:
         """Send on a trace taken out of the store before its verdict arrived (its deadline, a flush)."""
@@ -211,7 +208,7 @@ class Pipeline:
         self.judging.wait(deadline)
 
         def send_the_rest() -> None:
-            self._release_verdicts()
+            self._release_many(self.judging.collect())
             self._time_out_all()
 
         # On the worker, after the tick it may be running: a verdict that tick took is in the sink before this

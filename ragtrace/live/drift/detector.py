@@ -153,11 +153,7 @@ class DriftDetector:
     def observe_scored(self, scorer: str, retriever: str, score: float) -> None:
         """`observe` and `observe_retrieval(retriever, False)` under one lock: a scored retrieval was not empty."""
         try:
-            value, retriever = float(score), str(retriever)
-            with self._lock:
-                if math.isfinite(value):
-                    self._buffer_score(str(scorer), retriever, value)
-                self._buffer_retrieval(retriever, False)
+            self.observe_many([(scorer, retriever, float(score))])  # float(): a None score is an error here
         except Exception:
             logger.debug("ragtrace drift: observe failed", exc_info=True)
 

@@ -59,15 +59,6 @@ class _RecentSpans:
         self._by_series: dict[Key, deque[tuple[float, ScoredSpan]]] = {}
         self._lock = threading.Lock()
 
-    def add(self, key: Key, score: float, span: ScoredSpan) -> None:
-        with self._lock:
-            recent = self._by_series.get(key)
-            if recent is None:
-                if len(self._by_series) >= self._max_series:
-                    return
-                recent = self._by_series[key] = deque(maxlen=self._size)
-            recent.append((score, span))
-
     def add_many(self, items: Iterable[tuple[Key, float, ScoredSpan]]) -> None:
         with self._lock:
             by_series = self._by_series
