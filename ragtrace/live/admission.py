@@ -8,11 +8,8 @@ trace-id test inlined. Each call costs the app more than the work inside it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import compress
-from operator import itemgetter, not_
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanContext
 
 from ragtrace._logs import ragtrace_logger
 from ragtrace._sdk import IS_REMOTE, PUBLIC_IDS, SDK_IDS, SDK_SPAN, TRACE_ID
@@ -23,14 +20,6 @@ from ragtrace.live.sampling import TRACE_ID_MASK
 from ragtrace.live.store import SpanStore
 
 logger = ragtrace_logger(__name__)
-
-# (context, parent) -> context / parent; a context -> its trace id / whether it came from another process
-_CONTEXT, _PARENT, _TRACE_ID, _IS_REMOTE = itemgetter(0), itemgetter(1), itemgetter(TRACE_ID), itemgetter(IS_REMOTE)
-
-
-def _local_roots(parents: list[SpanContext | None]) -> int:
-    """How many of these spans are local roots: no parent, or a parent from another process (in C)."""
-    return parents.count(None) + list(map(_IS_REMOTE, filter(None, parents))).count(True)
 
 
 class Admission:
@@ -82,43 +71,9 @@ class Admission:
     def admit(self, spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
         """`holds` for a batch: holds what it holds, returns what goes on now, in order.
 
-        A batch of the SDK's own spans is decided in C: each span's ids, its trace id and the sampling test
-        are read by `map` over the whole batch, with no Python frame or bytecode per span, and Python runs
-        only for the spans of sampled traces (a tenth, at 10 %). Any other batch takes `_admit_each`, the
-        same decisions span by span. A test checks both decide as `holds` does."""
-        if SDK_SPAN is None or set(map(type, spans)) != {SDK_SPAN}:
-            return self._admit_each(spans)
-        ids = list(map(SDK_IDS, spans))
-        contexts = list(map(_CONTEXT, ids))
-        if None in contexts:
-            return self._admit_each(spans)
-        trace_ids = list(map(_TRACE_ID, contexts))
-        if set(map(type, trace_ids)) != {int}:
-            return self._admit_each(spans)
-        sampled = list(map(self._bound.__gt__, map(TRACE_ID_MASK.__and__, trace_ids)))
-        parents = list(map(_PARENT, ids))
-        if True not in sampled:
-            self._counts.unsampled_roots.add(_local_roots(parents))
-            return list(spans)
-        self._counts.unsampled_roots.add(_local_roots(list(compress(parents, map(not_, sampled)))))
-        held: list[int] = []
-        for i in compress(range(len(spans)), sampled):
-            try:
-                parent = parents[i]
-                if self._hold(spans[i], trace_ids[i], parent is None or parent[IS_REMOTE]):
-                    held.append(i)
-            except Exception:
-                logger.exception("ragtrace: admitting a span failed; span forwarded unscored")
-        if not held:
-            return list(spans)
-        going_on = [True] * len(spans)
-        for i in held:
-            going_on[i] = False
-        return list(compress(spans, going_on))
-
-    def _admit_each(self, spans: Sequence[ReadableSpan]) -> list[ReadableSpan]:
-        """`holds` unrolled over a batch of any spans (a call per span is a third of the loop's cost); the
-        sampling test is worked out once per run of spans of one trace, which share the trace id's int."""
+        It is `holds` unrolled over the batch (a call per span is a third of the loop's cost), and it
+        works the sampling test out once per run of spans of one trace (a batch holds a trace's spans
+        side by side, and they share the trace id's int). A test checks it decides as `holds` does."""
         passing: list[ReadableSpan] = []
         bound, sdk_span = self._bound, SDK_SPAN
         last_trace_id, sampled = None, False

@@ -38,11 +38,6 @@ class AppCount:
         self.count = itertools.count()
         self._offset = 0
 
-    def add(self, n: int) -> None:
-        """Count `n` at once: `n` steps of the count in one C call (as atomic under the GIL as one `next`)."""
-        if n > 0:
-            next(itertools.islice(self.count, n - 1, None))
-
     def take(self) -> int:
         new = next(self.count) - self._offset
         self._offset += new + 1

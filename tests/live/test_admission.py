@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanContext, TraceFlags
 
 from ragtrace.capture import DEFAULT_RULES
 from ragtrace.live.admission import Admission
-from ragtrace.live.counts import AppCount, Counts
+from ragtrace.live.counts import Counts
 from ragtrace.live.modes import Enrich, Link, Mode
 from ragtrace.live.sampling import Sampler
 from ragtrace.live.store import SpanStore
@@ -121,32 +118,3 @@ def test_a_retrieval_span_over_the_limits_goes_on_at_the_next_tick_saying_why() 
     assert [why for _, why in store.take_refused()] == ["overflow"]
     assert counts.decisions() == {"queue_full": 1}
     assert adm.admit(spans[1:]) == spans[1:]  # its trace was turned away: the rest goes on now
-
-
-@pytest.mark.parametrize("rate", [0.0, 0.5, 1.0])
-def test_a_batch_of_sdk_spans_is_decided_as_one_span_at_a_time(rate: float) -> None:
-    """`admit` decides a batch of the SDK's spans in C (`map` over the batch); `_admit_each`, span by span.
-    Many traces, RAG and not, local and remote roots, interleaved: the same spans go on, held, counted."""
-    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
-    spans: list[ReadableSpan] = []
-    for i in range(40):
-        spans += ended_spans("rag" if i % 3 else "plain")
-        if i % 4 == 0:  # a root whose parent is in another process
-            spans.append(ReadableSpan(name="remote child", context=SpanContext(
-                random.getrandbits(127) + 1, 7, is_remote=False, trace_flags=TraceFlags(1)), parent=remote))
-    random.Random(3).shuffle(spans)
-    (in_c, store_c, counts_c), (each, store_each, counts_each) = admission(rate), admission(rate)
-    assert in_c.admit(spans) == each._admit_each(spans)
-    assert (store_c.held, store_c.open_traces) == (store_each.held, store_each.open_traces)
-    assert counts_c.decisions() == counts_each.decisions()
-    unsampled = counts_c.decisions().get("not_sampled", 0)
-    assert unsampled == 50 if rate == 0.0 else unsampled == 0 if rate == 1.0 else 0 < unsampled < 50
-
-
-def test_app_count_adds_many_at_once() -> None:
-    count = AppCount()
-    count.add(0)
-    count.add(3)
-    next(count.count)
-    count.add(2)
-    assert count.take() == 6 and count.take() == 0
