@@ -1,7 +1,7 @@
 """The pipeline: closed traces in, released spans out to a sink, each span exactly once.
 
     store.take_closing (root ended, max_trace_wait, flush) -> judging.take (a `Verdict` now, or later
-    from judging.collect, or judging.time_out at the deadline) -> store.take_pending -> mode.send -> sink
+    from judging.collect, or judging.time_out at the deadline) -> store.take_pending_many -> mode.send -> sink
 
 Everything here runs on the worker thread, at its ticks (and, at a flush or shutdown, on the caller's
 thread once the worker has had its chance). The pipeline calls the `Judging` and the `Sink`; neither

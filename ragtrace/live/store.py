@@ -189,12 +189,9 @@ class SpanStore:
             self.held += pending.counted
             return True
 
-    def take_pending(self, trace_id: int) -> PendingTrace | None:
-        """A pending trace whose verdict arrived, taken out; None if it went on already (deadline, flush)."""
-        return self.take_pending_many([trace_id])[0]
-
     def take_pending_many(self, trace_ids: Sequence[int]) -> list[PendingTrace | None]:
-        """`take_pending` for each id, under one lock (the verdicts of a tick arrive together)."""
+        """The pending traces whose verdicts arrived, taken out under one lock (the verdicts of a tick arrive
+        together); None for one that went on already (deadline, flush)."""
         out: list[PendingTrace | None] = []
         with self.lock:
             for trace_id in trace_ids:

@@ -20,9 +20,9 @@ def test_held_follows_the_spans_from_open_to_pending_to_gone() -> None:
     assert store.held == 0  # out of the store: no longer counted
     assert store.put_pending(PendingTrace(7, closed.spans, closed.targets, deadline=1e18, counted=3))
     assert store.held == 3  # parked while judged (enrich mode)
-    taken = store.take_pending(7)
+    [taken] = store.take_pending_many([7])
     assert taken is not None and taken.spans == closed.spans
-    assert store.held == 0 and store.take_pending(7) is None  # once
+    assert store.held == 0 and store.take_pending_many([7]) == [None]  # once
 
 
 def test_a_link_mode_pending_trace_keeps_its_spans_uncounted() -> None:
