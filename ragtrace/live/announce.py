@@ -16,8 +16,7 @@ logger = ragtrace_logger("ragtrace")
 
 #: Why a trace was not scored, per decision count (`ragtrace.evaluation.decisions`).
 _WHY = {
-    "not_sampled": "not sampled (sample_rate={rate:g}: about 1 trace in {one_in} is scored; sample_rate=1.0 "
-    "scores every trace)",
+    "not_sampled": "not sampled (sample_rate={rate:g}: {share}; sample_rate=1.0 scores every trace)",
     "not_rag": "no retrieval span ragtrace reads (`ragtrace explain FILE` on an export says span by span why)",
     "queue_full": "dropped: the scoring queue was full",
     "timeout": "the judge did not answer within score_deadline",
@@ -56,9 +55,9 @@ def nothing_scored_line(decisions: Mapping[str, int], sample_rate: float) -> str
     """At shutdown: why nothing was scored, with the decision counts; None when something was."""
     if decisions.get("scored", 0):
         return None
-    one_in = f"{1 / sample_rate:.0f}" if sample_rate > 0 else "none"
+    share = f"about 1 trace in {1 / sample_rate:.0f} is scored" if sample_rate > 0 else "no trace is scored"
     reasons = [
-        f"{n} {_WHY.get(name, name).format(rate=sample_rate, one_in=one_in)}"
+        f"{n} {_WHY.get(name, name).format(rate=sample_rate, share=share)}"
         for name, n in sorted(decisions.items(), key=lambda kv: -kv[1])
         if n
     ]

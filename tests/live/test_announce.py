@@ -90,6 +90,15 @@ def test_nothing_is_said_at_shutdown_when_something_was_scored() -> None:
     assert nothing_scored_line({"scored": 1, "not_sampled": 9}, 0.1) is None
 
 
+@pytest.mark.parametrize(("rate", "share"), [
+    (0.1, "sample_rate=0.1: about 1 trace in 10 is scored;"),
+    (0.0, "sample_rate=0: no trace is scored;"),  # it said "about 1 trace in none"
+])
+def test_the_shutdown_line_says_what_the_sample_rate_scores(rate: float, share: str) -> None:
+    line = nothing_scored_line({"not_sampled": 9}, rate)
+    assert line is not None and line.startswith(f"ragtrace: scored nothing: 9 not sampled ({share}"), line
+
+
 def test_install_on_a_provider_without_processors_says_where_spans_will_go(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

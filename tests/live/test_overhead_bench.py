@@ -56,3 +56,18 @@ def test_tick_interval_bench_compares_each_interval_with_the_same_baseline() -> 
         for figures in by_tick.values():
             assert figures["ratio"] > 0 and len(figures["ratio_quartiles"]) == 3
             assert isinstance(figures["background_extra_us_per_trace"], float)
+
+
+def test_admission_memory_bench_times_admit_against_the_sampling_test_alone() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH.with_name("admission_memory.py")), "--batches", "3", "--kinds", "plain"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    (report,) = json.loads(done.stdout)
+    assert report["kind"] == "plain"
+    for setting in ("warm", "cold"):
+        figures = report[setting]
+        assert figures["admit_ns_per_span"] > 0 and figures["decision_ns_per_span"] > 0
+        admit, alone = figures["admit_ns_per_span"], figures["decision_ns_per_span"]
+        assert abs(figures["ratio"] - admit / alone) < 0.01  # the JSON rounds each figure
+        assert abs(figures["beyond_decision_ns_per_span"] - (admit - alone)) < 0.2
