@@ -71,3 +71,28 @@ def test_admission_memory_bench_times_admit_against_the_sampling_test_alone() ->
         admit, alone = figures["admit_ns_per_span"], figures["decision_ns_per_span"]
         assert abs(figures["ratio"] - admit / alone) < 0.01  # the JSON rounds each figure
         assert abs(figures["beyond_decision_ns_per_span"] - (admit - alone)) < 0.2
+
+
+def test_flat_out_bench_pairs_each_configuration_with_the_app_alone() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH.with_name("flat_out.py")), "--configs", "install", "--rounds", "2",
+         "--seconds", "0.2", "--kinds", "rag"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    report = json.loads(done.stdout)
+    assert report["rag"]["without_traces_per_s"] > 0 and "plain" not in report
+    for name in ("twin", "install"):
+        figures = report["rag"][name]
+        assert figures["ratio"] > 0 and len(figures["ratio_quartiles"]) == 3
+
+
+def test_redaction_bench_times_this_tree_beside_a_base_and_checks_they_agree() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH.with_name("redaction_speed.py")), "--base", "HEAD", "--number", "5",
+         "--repeat", "1"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    rows = json.loads(done.stdout)["inputs"]
+    assert set(rows) == {"rag_sample", "prose_text", "contact_text"}
+    for row in rows.values():
+        assert row["us"] > 0 and row["base_us"] > 0 and row["same_output"] is True
