@@ -65,9 +65,15 @@ class _Rule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "on_folded", bool(self.pattern.flags & re.IGNORECASE))
 
-    def may_match(self, text: str, folded: str) -> bool:
-        if self.gate is not None and self.gate.search(text) is None:
-            return False
+    def may_match(self, text: str, folded: str, gates: dict[re.Pattern[str], bool]) -> bool:
+        """`gates`: what each gate found in this `text`, filled here, so that the rules sharing one scan once."""
+        gate = self.gate
+        if gate is not None:
+            found = gates.get(gate)
+            if found is None:
+                found = gates[gate] = gate.search(text) is not None
+            if not found:
+                return False
         if not self.needs:
             return True
         where = folded if self.on_folded else text
@@ -353,11 +359,12 @@ class Redactor:
         for _ in range(_MAX_PASSES):
             before = text
             folded = text.casefold()
+            gates: dict[re.Pattern[str], bool] = {}
             for rule in self._rules:
-                if rule.may_match(text, folded):
+                if rule.may_match(text, folded, gates):
                     replaced = rule.pattern.sub(rule.replace, text)
                     if replaced != text:  # a placeholder or a joined neighbour may hold what a later rule needs
-                        text, folded = replaced, replaced.casefold()
+                        text, folded, gates = replaced, replaced.casefold(), {}
             if text == before:
                 break
         return text
