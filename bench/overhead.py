@@ -34,11 +34,17 @@ The machine is shared: its speed drifts by tens of percent within seconds, so tw
   counted in the block. It needs no model of the GIL, and is several times noisier.
 
 With worker="process" the scoring process's own CPU runs on another core and is in neither measure.
+
+The null exporter never reads a span, so the baseline pays nothing for what an exporter reads, and
+ragtrace pays every cache miss of the spans it reads on the batching thread. `--exporter encode` makes
+every variant encode its batches as OTLP protobuf, as an OTLP exporter does before it sends: the baseline
+then reads every span, and ragtrace's extra includes encoding the scores it writes.
 `on_end_p99_us` times the processor's own `on_end`, warm, outside any app.
 
     python bench/overhead.py                    # prints JSON: all four configurations
     python bench/overhead.py --placement exporter --worker process   # one configuration only
     python bench/overhead.py --app-work 7       # plus ~1 ms of the app's own CPU per trace
+    python bench/overhead.py --exporter encode  # every variant encodes its spans as OTLP protobuf
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Tracer, set_span_in_context
@@ -90,6 +97,21 @@ ANSWER = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content":
 class NullExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         return SpanExportResult.SUCCESS
+
+
+class EncodingExporter(SpanExporter):
+    """What an OTLP exporter does with each batch before it sends it: the protobuf encoding of every span
+    (the bytes go nowhere). It reads every field of every span, as a real exporter does."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        encode_spans(spans).SerializeToString()
+        return SpanExportResult.SUCCESS
+
+
+# What every variant exports to (`--exporter`): nothing (`null`, the workload the targets are set on) or
+# the OTLP encoding (`encode`). Set once, before any variant is built.
+EXPORTERS: dict[str, type[SpanExporter]] = {"null": NullExporter, "encode": EncodingExporter}
+EXPORTER: type[SpanExporter] = NullExporter
 
 
 class Noop(SpanProcessor):
@@ -228,20 +250,20 @@ class Variant:
             options = {"judge": judge, "sampler": sampling.Sampler(rate), "worker": worker,
                        "tick_interval": tick_interval}
             if placement == "install":
-                self.exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+                self.exporting = BatchSpanProcessor(EXPORTER(), max_queue_size=100_000)
                 self.provider.add_span_processor(self.exporting)
                 self.processor = live.install(self.provider, judge=judge, sample_rate=rate, tick_interval=tick_interval)
             elif placement == "exporter":
-                scoring = live.RagScoringSpanExporter(NullExporter(), **options)
+                scoring = live.RagScoringSpanExporter(EXPORTER(), **options)
                 self.processor = getattr(scoring, "processor", scoring)  # older trees count inside
                 self.exporting = live.ScoringBatchSpanProcessor(scoring, max_queue_size=100_000)
                 self.provider.add_span_processor(self.exporting)
             else:
-                self.exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+                self.exporting = BatchSpanProcessor(EXPORTER(), max_queue_size=100_000)
                 self.processor = live.RagScoringSpanProcessor(self.exporting, **options)
                 self.provider.add_span_processor(self.processor)
         else:
-            self.exporting = BatchSpanProcessor(NullExporter(), max_queue_size=100_000)
+            self.exporting = BatchSpanProcessor(EXPORTER(), max_queue_size=100_000)
             self.provider.add_span_processor(ForwardOnly(self.exporting) if forward_only else self.exporting)
         self.tracer = self.provider.get_tracer("bench")
         self.threads = [t for t in threading.enumerate() if t not in before]
@@ -490,7 +512,12 @@ def main() -> None:
                         help="where scoring runs: a thread of the app's process, a scoring process of its own, "
                              "or both against the same baseline")
     parser.add_argument("--base", help="a git revision: its tree's placement/worker configurations too (base:...)")
+    parser.add_argument("--exporter", choices=tuple(EXPORTERS), default="null",
+                        help="what every variant exports to: nothing (the workload the targets are set on), or "
+                             "the OTLP protobuf encoding an OTLP exporter does before it sends (sent nowhere)")
     args = parser.parse_args()
+    global EXPORTER
+    EXPORTER = EXPORTERS[args.exporter]
     placements = ("processor", "exporter") if args.placement == "both" else (args.placement,)
     workers = ("thread", "process") if args.worker == "both" else (args.worker,)
     configs = [README_FIRST, *(f"{placement}/{worker}" for placement in placements for worker in workers)]
@@ -553,6 +580,7 @@ def main() -> None:
         "wall_traces_per_block": args.wall_traces,
         "sampling_rate": args.rate,
         "app_work_json_round_trips": args.app_work,
+        "exporter": args.exporter,
         "spans_per_trace": 5,
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),

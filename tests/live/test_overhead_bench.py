@@ -43,6 +43,24 @@ def test_overhead_bench_prints_every_figure_and_counts_every_trace() -> None:
         assert set(plain) <= {"not_sampled", "not_rag"} and sum(plain.values()) == per_variant
 
 
+def test_overhead_bench_encodes_every_batch_as_otlp_when_asked() -> None:
+    rounds, traces = 2, 30
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--rounds", str(rounds), "--traces", str(traces), "--segments", "2",
+         "--wall-rounds", "0", "--rate", "0.5", "--placement", "exporter", "--worker", "process",
+         "--exporter", "encode"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    report = json.loads(done.stdout)
+    assert report["exporter"] == "encode"
+    assert set(report["by_config"]) == {"install", "exporter/process"}
+    for worker in report["by_config"].values():
+        rag = worker["rag"]
+        # the encoding runs on the batching thread of every variant, the baseline's too
+        assert rag["background_us_per_trace_without"] > 0
+        assert rag["decisions"]["not_sampled"] + rag["decisions"]["scored"] // 2 == rounds * traces
+
+
 def test_tick_interval_bench_compares_each_interval_with_the_same_baseline() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH.with_name("tick_interval.py")), "--ticks", "0.05", "0.2", "--segments", "2",
