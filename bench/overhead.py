@@ -34,12 +34,13 @@ The machine is shared: its speed drifts by tens of percent within seconds, so tw
   counted in the block. It needs no model of the GIL, and is several times noisier.
 
 With worker="process" the scoring process's own CPU runs on another core and is in neither measure.
+`on_end_p99_us` times the processor's own `on_end`, warm, outside any app.
 
 The null exporter never reads a span, so the baseline pays nothing for what an exporter reads, and
 ragtrace pays every cache miss of the spans it reads on the batching thread. `--exporter encode` makes
 every variant encode its batches as OTLP protobuf, as an OTLP exporter does before it sends: the baseline
-then reads every span, and ragtrace's extra includes encoding the scores it writes.
-`on_end_p99_us` times the processor's own `on_end`, warm, outside any app.
+then reads every span, and ragtrace's extra includes encoding the scores it writes (`spans_encoded`
+counts what was encoded, over all variants).
 
     python bench/overhead.py                    # prints JSON: all four configurations
     python bench/overhead.py --placement exporter --worker process   # one configuration only
@@ -103,8 +104,13 @@ class EncodingExporter(SpanExporter):
     """What an OTLP exporter does with each batch before it sends it: the protobuf encoding of every span
     (the bytes go nowhere). It reads every field of every span, as a real exporter does."""
 
+    spans_encoded = 0  # over every instance: each variant's batching thread and ragtrace's worker export
+    _counting = threading.Lock()
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         encode_spans(spans).SerializeToString()
+        with EncodingExporter._counting:
+            EncodingExporter.spans_encoded += len(spans)
         return SpanExportResult.SUCCESS
 
 
@@ -581,6 +587,7 @@ def main() -> None:
         "sampling_rate": args.rate,
         "app_work_json_round_trips": args.app_work,
         "exporter": args.exporter,
+        "spans_encoded": EncodingExporter.spans_encoded,
         "spans_per_trace": 5,
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
